@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from dockerarch.cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""The ``dockerarch`` command line: one thin module per command group.
+
+Commands only parse options and call the library; heavy modules (python-on-whales, Jinja2) are
+imported inside the commands so ``dockerarch --help`` answers at once. ``main`` is the one place
+that turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+
+from dockerarch import __version__, process
+from dockerarch.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, DockerarchError
+
+app = typer.Typer(
+    name="dockerarch",
+    help="Build software for ARM boards (Raspberry Pi, PYNQ) on an x86 machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"dockerarch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            envvar="DOCKERARCH_DEBUG",
+            help="Show every external command and full tracebacks.",
+        ),
+    ] = False,
+) -> None:
+    process.set_debug(debug)
+
+
+def _register() -> None:
+    from dockerarch.cli import doctor
+
+    app.command("doctor")(doctor.doctor)
+
+
+_register()
+
+
+def _debug_requested(args: list[str]) -> bool:
+    if "--" in args:
+        args = args[: args.index("--")]
+    env = os.environ.get("DOCKERARCH_DEBUG", "").lower()
+    return "--debug" in args or env in ("1", "true", "yes", "on")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script: run the app, map every error to its exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = _debug_requested(args)
+    try:
+        app(args=args, prog_name="dockerarch")
+    except DockerarchError as exc:
+        if debug:
+            traceback.print_exc()
+        typer.echo(exc.render(), err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("Interrupted.", err=True)
+        sys.exit(INTERRUPTED_EXIT)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if debug:
+            traceback.print_exc()
+        typer.echo(
+            f"internal error: {type(exc).__name__}: {exc}. This is a bug in dockerarch "
+            f"{__version__}: run the command again with --debug and report the traceback.",
+            err=True,
+        )
+        sys.exit(INTERNAL_ERROR_EXIT)

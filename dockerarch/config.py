@@ -1,0 +1,127 @@
+"""The project's configuration files, read into frozen dataclasses.
+
+Unknown keys are rejected with their dotted path and a "did you mean" suggestion, so a typo never
+silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dockerarch.errors import ConfigError
+
+REGISTRY_FILE = "registry.yaml"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def load_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(
+            f"{where} is not valid YAML: {problem}", fix="Fix the file's syntax."
+        ) from exc
+
+
+def require_mapping(value: Any, where: str, source: Path) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"'{where}' in {source} must be a mapping of keys to values, not "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
+def reject_unknown(
+    mapping: Mapping[str, Any], allowed: Iterable[str], where: str, source: Path
+) -> None:
+    allowed = list(allowed)
+    for key in mapping:
+        if key not in allowed:
+            dotted = f"{where}.{key}" if where else str(key)
+            raise ConfigError(
+                f"Unknown key '{dotted}' in {source}.{did_you_mean(str(key), allowed)}",
+                fix=f"Valid keys there: {', '.join(allowed)}.",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryConfig:
+    """Where images and multi-arch indexes are pushed, and boards pull from."""
+
+    address: str = "127.0.0.1:5000"
+    insecure: bool = True
+    namespace: str = "dockerarch"
+    source: str = "built-in defaults"
+
+    @property
+    def api_url(self) -> str:
+        scheme = "http" if self.insecure else "https"
+        return f"{scheme}://{self.address}/v2/"
+
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+
+
+def find_registry_file(explicit: Path | None = None) -> Path | None:
+    """``explicit``, else $DOCKERARCH_REGISTRY_CONFIG, else ./registry.yaml if present."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"{explicit} does not exist", fix="Pass an existing registry.yaml.")
+        return explicit
+    env = os.environ.get("DOCKERARCH_REGISTRY_CONFIG")
+    if env:
+        return find_registry_file(Path(env))
+    local = Path.cwd() / REGISTRY_FILE
+    return local if local.is_file() else None
+
+
+def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
+    path = find_registry_file(explicit)
+    if path is None:
+        return RegistryConfig()
+    top = require_mapping(load_yaml(path), "", path)
+    reject_unknown(top, ["registry"], "", path)
+    section = require_mapping(top.get("registry"), "registry", path)
+    reject_unknown(section, ["address", "insecure", "namespace"], "registry", path)
+    defaults = RegistryConfig()
+    address = str(section.get("address", defaults.address))
+    if not _ADDRESS.match(address):
+        raise ConfigError(
+            f"'registry.address' in {path} is {address!r}, not HOST or HOST:PORT",
+            fix="Write it like 127.0.0.1:5000.",
+        )
+    insecure = section.get("insecure", defaults.insecure)
+    if not isinstance(insecure, bool):
+        raise ConfigError(f"'registry.insecure' in {path} must be true or false")
+    namespace = str(section.get("namespace", defaults.namespace))
+    if not _NAMESPACE.match(namespace):
+        raise ConfigError(
+            f"'registry.namespace' in {path} is {namespace!r}, not a valid repository path",
+            fix="Use lowercase letters, digits and . _ - separated by /.",
+        )
+    return RegistryConfig(
+        address=address, insecure=insecure, namespace=namespace, source=str(path)
+    )

@@ -1,0 +1,90 @@
+"""The one way dockerarch runs an external program.
+
+Every call shows ``+ cmd`` on stderr when ``--debug`` is on, fails with a clear error when the
+program is missing, and never puts a secret in argv: secrets travel on stdin (``input=``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dockerarch.errors import CommandFailedError, ToolMissingError
+
+_debug = False
+
+
+def set_debug(enabled: bool) -> None:
+    global _debug
+    _debug = enabled
+
+
+def debug_enabled() -> bool:
+    return _debug
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def which(program: str, *, hint: str) -> str:
+    """The absolute path of ``program``, or a ToolMissingError saying how to get it."""
+    found = shutil.which(program)
+    if found is None:
+        raise ToolMissingError(f"'{program}' is not installed or not on PATH", fix=hint)
+    return found
+
+
+def run(
+    args: Sequence[str],
+    *,
+    check: bool = True,
+    timeout: float | None = None,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    hint: str = "Install it, or run scripts/setup-host, which installs everything dockerarch needs.",
+) -> Completed:
+    """Run ``args`` and capture its output as text.
+
+    With ``check`` a non-zero exit raises CommandFailedError carrying the output's tail.
+    """
+    argv = [which(args[0], hint=hint), *args[1:]]
+    if _debug:
+        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
+    full_env = None if env is None else {**os.environ, **env}
+    try:
+        proc = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise CommandFailedError(
+            f"'{shlex.join(args)}' did not finish within {timeout:g} seconds",
+            fix="Check that what it talks to is up, then try again.",
+        ) from exc
+    done = Completed(
+        args=tuple(args), returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr
+    )
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise CommandFailedError(
+            f"'{shlex.join(args)}' failed with exit code {proc.returncode}"
+            + (": " + " / ".join(tail) if tail else ""),
+            returncode=proc.returncode,
+            output=proc.stdout + proc.stderr,
+        )
+    return done
