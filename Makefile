@@ -1,0 +1,26 @@
+# The two commands of the README, and their parts. Every target sets the host up first:
+# scripts/setup-host is idempotent and takes a second or two when nothing is missing.
+VENV ?= .venv
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test unit integration stop
+
+setup:
+	scripts/setup-host
+
+demo: setup
+	$(VENV)/bin/dockerarch doctor
+
+test: setup
+	@$(VENV)/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests, which is a failure here." >&2; exit 1; fi; \
+	exit $$rc
+
+unit: setup
+	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+integration: setup
+	$(VENV)/bin/python -m pytest -m integration $(PYTEST_ARGS)
+
+stop:
+	scripts/setup-host --stop

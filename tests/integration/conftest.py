@@ -1,0 +1,42 @@
+"""Integration tests drive the real engine, buildx, QEMU and registry that scripts/setup-host
+started. They never skip: a machine that is not set up fails them, saying so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dockerarch(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path = REPO, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed CLI as a user would, in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "dockerarch", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _host_is_set_up() -> None:
+    answer = subprocess.run(
+        ["docker", "version", "--format", "{{.Server.Version}}"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    if answer.returncode != 0:
+        pytest.fail(
+            "No Docker daemon answers: run scripts/setup-host (make test does) before the "
+            f"integration tests.\n{answer.stderr}"
+        )

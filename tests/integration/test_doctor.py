@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import dockerarch
+
+
+def test_every_check_passes_on_a_set_up_machine() -> None:
+    done = dockerarch("doctor", "--json")
+    report = json.loads(done.stdout)
+    failing = [c for c in report["checks"] if not c["ok"]]
+    assert failing == [], failing
+    assert report["ok"] is True and done.returncode == 0
+    names = {c["name"] for c in report["checks"]}
+    assert {
+        "docker daemon", "buildx", "binfmt armv7", "binfmt aarch64", "builder platforms",
+        "run armv7 binary", "run aarch64 binary", "registry", "disk space",
+    } <= names  # fmt: skip
+
+
+def test_table_form() -> None:
+    done = dockerarch("doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ready to build for ARM" in done.stdout
+    assert "FAIL" not in done.stdout
+
+
+def test_dead_docker_host_fails_clearly(tmp_path: Path) -> None:
+    done = dockerarch("doctor", env={"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"})
+    assert done.returncode == 1
+    assert "FAIL  docker daemon" in done.stdout
+    assert f"the socket {tmp_path}/no-daemon.sock does not exist" in done.stdout
+    assert "fix: Start one with scripts/setup-host" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_dead_tcp_docker_host_fails_clearly() -> None:
+    done = dockerarch("doctor", "--json", env={"DOCKER_HOST": "tcp://127.0.0.1:1"})
+    assert done.returncode == 1
+    daemon = json.loads(done.stdout)["checks"][0]
+    assert daemon["name"] == "docker daemon" and not daemon["ok"]
+    assert "tcp://127.0.0.1:1" in daemon["detail"]
+
+
+def test_registry_from_registry_yaml_is_the_one_checked(tmp_path: Path) -> None:
+    (tmp_path / "registry.yaml").write_text("registry:\n  address: 127.0.0.1:1\n")
+    done = dockerarch("doctor", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "FAIL  registry" in done.stdout
+    assert "http://127.0.0.1:1/v2/" in done.stdout
+    assert str(tmp_path / "registry.yaml") in done.stdout

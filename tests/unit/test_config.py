@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dockerarch.config import RegistryConfig, load_registry_config
+from dockerarch.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_repository_registry_yaml_loads() -> None:
+    config = load_registry_config(REPO / "registry.yaml")
+    assert config.address == "127.0.0.1:5000"
+    assert config.api_url == "http://127.0.0.1:5000/v2/"
+
+
+def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCKERARCH_REGISTRY_CONFIG", raising=False)
+    assert load_registry_config() == RegistryConfig()
+
+
+def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("registry:\n  address: registry.example.invalid:443\n  insecure: false\n")
+    monkeypatch.setenv("DOCKERARCH_REGISTRY_CONFIG", str(path))
+    config = load_registry_config()
+    assert config.api_url == "https://registry.example.invalid:443/v2/"
+    assert config.source == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("registry:\n  adress: x:1\n", "Unknown key 'registry.adress'"),
+        ("registri: {}\n", "Unknown key 'registri'"),
+        ("registry:\n  address: 'a b'\n", "not HOST or HOST:PORT"),
+        ("registry:\n  insecure: maybe\n", "must be true or false"),
+        ("registry:\n  namespace: Upper/Case\n", "not a valid repository path"),
+        ("registry: [1, 2]\n", "must be a mapping"),
+        ("registry:\n  address: [\n", ":3 is not valid YAML"),
+    ],
+)
+def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "registry.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_registry_config(path)
+    assert message in caught.value.message
+    assert str(path) in caught.value.message
+
+
+def test_missing_explicit_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_registry_config(tmp_path / "nope.yaml")
