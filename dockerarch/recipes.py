@@ -1,0 +1,293 @@
+"""Recipes: what to build, in which versions, with which options.
+
+A recipe is ``dockerfiles/<name>.Dockerfile.j2`` (which may extend shared partials under
+``dockerfiles/_partials/``), its build context ``contexts/<name>/`` and the metadata in
+``contexts/<name>/recipe.yaml``. Every value a user gives (version, package spec, option) is
+checked against the recipe's patterns here, before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dockerarch import paths
+from dockerarch.config import did_you_mean, load_yaml, reject_unknown, require_mapping
+from dockerarch.errors import ConfigError, UsageError
+from dockerarch.targets import ARCHES, BoardTarget
+
+ARTIFACT_KINDS = ("wheel", "deb", "tarball", "image")
+RECIPE_FILE = "recipe.yaml"
+_RECIPE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What any value may hold before it is rendered: no quotes, no $, no ; | & ` \ and no newline.
+# Recipes narrow this further with their own patterns.
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9 _.,:/=+@%~<>!\[\]*-]*$")
+# PEP 508 requirement without markers or URLs: name, extras, version specifiers.
+_PACKAGE_SPEC = re.compile(
+    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+    r"(?:\[(?P<extras>[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*)\])?"
+    r"(?P<specs>(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)"
+    r"(?:,(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)*)?$"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeOption:
+    name: str
+    help: str
+    default: str
+    choices: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    def check(self, value: str, recipe: str) -> str:
+        if self.choices and value not in self.choices:
+            raise UsageError(
+                f"Option {self.name}={value!r} is not valid for recipe '{recipe}'",
+                fix=f"Choose one of: {', '.join(self.choices)}.",
+            )
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            raise UsageError(
+                f"Option {self.name}={value!r} is not valid for recipe '{recipe}': it must "
+                f"match {self.pattern}",
+                fix=f"{self.help}" if self.help else "Fix the value.",
+            )
+        if not SAFE_VALUE.match(value):
+            raise UsageError(
+                f"Option {self.name} holds characters that could reach a shell (quotes, $, ;, "
+                "|, &, backticks, backslashes or newlines)",
+                fix="Use plain values.",
+            )
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageSpec:
+    spec: str
+    name: str
+    version: str | None  # the pinned version of name==version
+
+    @property
+    def dist_name(self) -> str:
+        """The name as wheel files spell it (PEP 427: runs of -_. become _)."""
+        return re.sub(r"[-_.]+", "_", self.name).lower()
+
+
+def parse_package_spec(text: str) -> PackageSpec:
+    spec = text.strip().replace(" ", "")
+    found = _PACKAGE_SPEC.match(spec)
+    if not found or not spec:
+        raise UsageError(
+            f"'{text}' is not a package spec dockerarch accepts",
+            fix="Give a PyPI name with an optional version, like 'zstandard==0.23.0' or "
+            "'numpy>=1.26,<2' (no URLs, markers, quotes or shell characters).",
+        )
+    specs = found.group("specs") or ""
+    pinned = re.fullmatch(r"===?([A-Za-z0-9.+!_-]+)", specs)
+    return PackageSpec(spec=spec, name=found.group("name"), version=pinned.group(1) if pinned else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str
+    description: str
+    template: Path
+    context: Path
+    versions: tuple[str, ...]
+    default_version: str | None
+    version_pattern: str
+    needs_package: bool
+    options: Mapping[str, RecipeOption]
+    per_version: Mapping[str, Mapping[str, str]]
+    artifacts: tuple[str, ...]
+    apt: tuple[str, ...]
+    runtime_apt: tuple[str, ...]
+    smoke: tuple[str, ...]
+    arches: tuple[str, ...]
+    targets: tuple[str, ...] = ()  # empty: every target of the arches
+    source: Path = field(default=Path())
+
+    def supports(self, target: BoardTarget) -> bool:
+        if target.arch.name not in self.arches:
+            return False
+        return not self.targets or target.name in self.targets
+
+    def check_target(self, target: BoardTarget) -> None:
+        if not self.supports(target):
+            scope = ", ".join(self.targets) if self.targets else "targets of " + "/".join(self.arches)
+            raise UsageError(
+                f"Recipe '{self.name}' does not build for target '{target.name}' "
+                f"({target.arch.name})",
+                fix=f"It builds for: {scope}.",
+            )
+
+    def check_version(self, version: str | None) -> str:
+        if version is None:
+            if self.default_version is None:
+                raise UsageError(
+                    f"Recipe '{self.name}' needs --version",
+                    fix=f"Known versions: {', '.join(self.versions)}." if self.versions else None,
+                )
+            return self.default_version
+        if not re.fullmatch(self.version_pattern, version) or not SAFE_VALUE.match(version):
+            known = f" Known versions: {', '.join(self.versions)}." if self.versions else ""
+            raise UsageError(
+                f"'{version}' is not a valid version of recipe '{self.name}' (it must match "
+                f"{self.version_pattern})",
+                fix=f"Give a version like {self.default_version or self.versions[0]}.{known}",
+            )
+        return version
+
+    def resolve_options(self, version: str, overrides: Mapping[str, str]) -> dict[str, str]:
+        """Defaults, then the defaults for this version, then --set, each checked."""
+        values = {name: opt.default for name, opt in self.options.items()}
+        for key in sorted(self.per_version):
+            if fnmatch.fnmatchcase(version, key):
+                values.update(self.per_version[key])
+        for key, value in overrides.items():
+            if key not in self.options:
+                raise UsageError(
+                    f"Recipe '{self.name}' has no option '{key}'.{did_you_mean(key, self.options)}",
+                    fix=f"Its options: {', '.join(self.options) or 'none'}.",
+                )
+            values[key] = value
+        return {key: self.options[key].check(values[key], self.name) for key in sorted(values)}
+
+
+def parse_set(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` arguments into a mapping."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set '{pair}' is not KEY=VALUE", fix="Write it like --set MAX_JOBS=2.")
+        result[key.strip()] = value.strip()
+    return result
+
+
+_TOP_KEYS = (
+    "description", "template", "versions", "package", "options", "per_version", "artifacts",
+    "apt", "runtime_apt", "smoke", "arches", "targets",
+)  # fmt: skip
+
+
+def _strings(value: Any, where: str, source: Path) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
+        raise ConfigError(f"'{where}' in {source} must be a list of strings")
+    return tuple(str(v) for v in value)
+
+
+def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Recipe:
+    source = context / RECIPE_FILE
+    top = require_mapping(load_yaml(source), "", source)
+    reject_unknown(top, _TOP_KEYS, "", source)
+    versions = require_mapping(top.get("versions"), "versions", source)
+    reject_unknown(versions, ["known", "default", "pattern"], "versions", source)
+    options = {}
+    for opt_name, raw in require_mapping(top.get("options"), "options", source).items():
+        where = f"options.{opt_name}"
+        if not _OPTION_NAME.match(str(opt_name)):
+            raise ConfigError(f"'{where}' in {source}: option names are letters, digits and _")
+        body = require_mapping(raw, where, source)
+        reject_unknown(body, ["help", "default", "choices", "pattern"], where, source)
+        if "default" not in body:
+            raise ConfigError(f"'{where}' in {source} needs a default")
+        options[str(opt_name)] = RecipeOption(
+            name=str(opt_name),
+            help=str(body.get("help", "")),
+            default=str(body["default"]),
+            choices=_strings(body.get("choices"), f"{where}.choices", source),
+            pattern=str(body["pattern"]) if "pattern" in body else None,
+        )
+    per_version: dict[str, dict[str, str]] = {}
+    for key, raw in require_mapping(top.get("per_version"), "per_version", source).items():
+        body = require_mapping(raw, f"per_version.{key}", source)
+        reject_unknown(body, options, f"per_version.{key}", source)
+        per_version[str(key)] = {str(k): str(v) for k, v in body.items()}
+    artifacts = _strings(top.get("artifacts"), "artifacts", source)
+    for kind in artifacts:
+        if kind not in ARTIFACT_KINDS:
+            raise ConfigError(
+                f"'artifacts' in {source} lists '{kind}'.{did_you_mean(kind, ARTIFACT_KINDS)}",
+                fix=f"Artifact kinds: {', '.join(ARTIFACT_KINDS)}.",
+            )
+    arches = _strings(top.get("arches"), "arches", source) or tuple(ARCHES)
+    for arch in arches:
+        if arch not in ARCHES:
+            raise ConfigError(f"'arches' in {source} lists '{arch}'; valid: {', '.join(ARCHES)}")
+    for list_name in ("apt", "runtime_apt"):
+        for pkg in _strings(top.get(list_name), list_name, source):
+            if not _APT_NAME.match(pkg):
+                raise ConfigError(f"'{list_name}' in {source} lists {pkg!r}, not a Debian package name")
+    package = top.get("package", "none")
+    if package not in ("none", "required"):
+        raise ConfigError(f"'package' in {source} must be 'none' or 'required'")
+    template_name = str(top.get("template", f"{name}.Dockerfile.j2"))
+    template = next((d / template_name for d in template_dirs if (d / template_name).is_file()), None)
+    if template is None:
+        raise ConfigError(
+            f"Recipe '{name}' ({source}) has no template {template_name} in "
+            f"{', '.join(str(d) for d in template_dirs)}"
+        )
+    known = _strings(versions.get("known"), "versions.known", source)
+    default = versions.get("default")
+    pattern = str(versions.get("pattern", r"[0-9]+(\.[0-9]+)*"))
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"'versions.pattern' in {source} is not a regular expression: {exc}")
+    for v in (*known, *([str(default)] if default is not None else [])):
+        if not re.fullmatch(pattern, v):
+            raise ConfigError(f"Version '{v}' in {source} does not match versions.pattern {pattern}")
+    recipe = Recipe(
+        name=name,
+        description=str(top.get("description", name)),
+        template=template,
+        context=context,
+        versions=known,
+        default_version=str(default) if default is not None else None,
+        version_pattern=pattern,
+        needs_package=package == "required",
+        options=options,
+        per_version=per_version,
+        artifacts=artifacts or ("wheel",),
+        apt=_strings(top.get("apt"), "apt", source),
+        runtime_apt=_strings(top.get("runtime_apt"), "runtime_apt", source),
+        smoke=_strings(top.get("smoke"), "smoke", source),
+        arches=arches,
+        targets=_strings(top.get("targets"), "targets", source),
+        source=source,
+    )
+    for default_value in (opt.default for opt in options.values()):
+        if not SAFE_VALUE.match(default_value):
+            raise ConfigError(f"An option default in {source} holds shell characters")
+    return recipe
+
+
+def load_recipes() -> dict[str, Recipe]:
+    """Every recipe, the project's (working directory) before the built-in ones."""
+    recipes: dict[str, Recipe] = {}
+    template_dirs = paths.template_dirs()
+    for contexts in reversed(paths.context_dirs()):
+        for context in sorted(p for p in contexts.iterdir() if (p / RECIPE_FILE).is_file()):
+            if not _RECIPE_NAME.match(context.name):
+                raise ConfigError(f"Recipe directory {context} is not named in lowercase-dashes")
+            recipes[context.name] = load_recipe(context.name, context, template_dirs)
+    return dict(sorted(recipes.items()))
+
+
+def find_recipe(recipes: Mapping[str, Recipe], name: str) -> Recipe:
+    if name in recipes:
+        return recipes[name]
+    raise UsageError(
+        f"Unknown recipe '{name}'.{did_you_mean(name, recipes)}",
+        fix=f"Valid recipes: {', '.join(recipes)} (dockerarch recipes lists them); for any "
+        "PyPI package use: dockerarch build wheel --package 'NAME==VERSION'.",
+    )

@@ -1,0 +1,207 @@
+"""Dockerfile generation: one sandboxed Jinja2 environment with StrictUndefined.
+
+Same input, same bytes: nothing time- or host-dependent enters a template, and every mapping is
+passed sorted. Every value a template prints goes through ``_finalize``, a last guard that no
+shell metacharacter reaches a RUN line whatever a recipe's own patterns allow.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dockerarch import __version__
+from dockerarch.errors import ConfigError, DockerarchError
+from dockerarch.errors import UsageError
+from dockerarch.recipes import SAFE_VALUE, PackageSpec, Recipe
+from dockerarch.targets import BoardTarget
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import SandboxedEnvironment
+
+
+class TemplateError(ConfigError):
+    """A template is broken: names its file and line."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderRequest:
+    recipe: Recipe
+    target: BoardTarget
+    version: str
+    options: Mapping[str, str]
+    package: PackageSpec | None = None
+
+
+def _finalize(value: Any) -> Any:
+    """Check every value a template prints, and mark it as checked.
+
+    Macro output (``{{ m.apt_install(...) }}``) comes back as Markup: it is template text plus
+    values that already passed through here. Everything else must be a plain value free of
+    shell characters; returning it as Markup keeps autoescape from HTML-escaping ``<`` in a
+    version specifier.
+    """
+    from markupsafe import Markup
+
+    if isinstance(value, Markup):
+        return value
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = str(value)
+        if not SAFE_VALUE.match(text):
+            raise TemplateError(
+                f"A template printed {text!r}, which holds shell characters (quotes, $, ;, |, "
+                "&, backticks, backslashes or newlines)",
+                fix="Templates may print only checked values; write literal shell in the "
+                "template text itself.",
+            )
+        return Markup(text)
+    if value is None:
+        raise TemplateError("A template printed a value that is None")
+    raise TemplateError(
+        f"A template printed a {type(value).__name__}, not a plain value",
+        fix="Print its fields, or loop over a list.",
+    )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+@functools.cache
+def _environment(search_path: tuple[Path, ...]) -> SandboxedEnvironment:
+    from jinja2 import FileSystemLoader, StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(
+        loader=FileSystemLoader([str(p) for p in search_path]),
+        undefined=StrictUndefined,
+        finalize=_finalize,
+        autoescape=True,  # with _finalize: only checked values and macro output are printed
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["version_tuple"] = _version_tuple
+    return env
+
+
+def _template_location(exc: BaseException, search_path: tuple[Path, ...]) -> str:
+    """file:line of the innermost template frame in ``exc``'s traceback."""
+    lineno = getattr(exc, "lineno", None)
+    filename = getattr(exc, "filename", None)
+    if filename and lineno:
+        return f"{filename}:{lineno}"
+    roots = tuple(str(p) for p in search_path)
+    for frame, line in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        name = frame.f_code.co_filename
+        if name.startswith(roots):
+            return f"{name}:{line}"
+    return "?"
+
+
+def render(request: RenderRequest, search_path: list[Path]) -> str:
+    from jinja2 import TemplateError as JinjaError
+    from jinja2 import TemplateNotFound
+
+    paths = (request.recipe.template.parent, *[p for p in search_path if p != request.recipe.template.parent])
+    env = _environment(tuple(paths))
+    target = request.target
+    recipe = request.recipe
+    variables = {
+        "dockerarch_version": __version__,
+        "target": target.template_vars(),
+        "recipe": {
+            "name": recipe.name,
+            "version": request.version,
+            "artifacts": list(recipe.artifacts),
+            "apt": list(recipe.apt),
+            "runtime_apt": list(recipe.runtime_apt),
+        },
+        "options": dict(sorted(request.options.items())),
+        "package": (
+            {
+                "spec": request.package.spec,
+                "name": request.package.name,
+                "version": request.package.version or "any",
+                "dist_name": request.package.dist_name,
+            }
+            if request.package
+            else None
+        ),
+    }
+    try:
+        template = env.get_template(recipe.template.name)
+        text = template.render(variables)
+    except TemplateNotFound as exc:
+        where = _template_location(exc, tuple(paths))
+        raise TemplateError(
+            f"Template {where} includes '{exc.name}', which is in none of "
+            f"{', '.join(str(p) for p in paths)}"
+        ) from exc
+    except JinjaError as exc:
+        where = _template_location(exc, tuple(paths))
+        raise TemplateError(
+            f"Template error at {where}: {exc.message or exc}",
+            fix="Fix the template; `dockerarch generate --debug` shows the full traceback.",
+        ) from exc
+    except DockerarchError as exc:
+        where = _template_location(exc, tuple(paths))
+        raise TemplateError(f"{where}: {exc.problem}", fix=exc.fix) from exc
+    if not text.endswith("\n"):
+        text += "\n"
+    return text
+
+
+def plan(
+    recipe_name: str,
+    *,
+    arch: str | None,
+    target: str | None,
+    version: str | None,
+    package: str | None,
+    settings: Mapping[str, str],
+) -> list[RenderRequest]:
+    """Check every input of ``generate`` / ``build`` and turn it into one request per target.
+
+    Nothing is rendered before every value passed its recipe's checks.
+    """
+    from dockerarch.recipes import find_recipe, load_recipes, parse_package_spec
+    from dockerarch.targets import load_targets, select_targets
+
+    recipe = find_recipe(load_recipes(), recipe_name)
+    chosen = select_targets(load_targets(), arch=arch, target=target)
+    spec = None
+    if recipe.needs_package:
+        if package is None:
+            raise UsageError(
+                f"Recipe '{recipe.name}' needs --package",
+                fix="Name the PyPI package to build, like --package 'zstandard==0.23.0'.",
+            )
+        if version is not None:
+            raise UsageError(
+                f"Recipe '{recipe.name}' takes its version from --package, not --version",
+                fix="Pin it in the spec: --package 'NAME==VERSION'.",
+            )
+        spec = parse_package_spec(package)
+        resolved_version = spec.version or "any"
+    else:
+        if package is not None:
+            raise UsageError(
+                f"Recipe '{recipe.name}' does not take --package",
+                fix="Only the 'wheel' recipe builds a named PyPI package; use --version here.",
+            )
+        resolved_version = recipe.check_version(version)
+    options = recipe.resolve_options(resolved_version, settings)
+    for board in chosen:
+        recipe.check_target(board)
+    return [
+        RenderRequest(
+            recipe=recipe, target=board, version=resolved_version, options=options, package=spec
+        )
+        for board in chosen
+    ]
