@@ -55,7 +55,7 @@ class RecipeOption:
             raise UsageError(
                 f"Option {self.name}={value!r} is not valid for recipe '{recipe}': it must "
                 f"match {self.pattern}",
-                fix=f"{self.help}" if self.help else "Fix the value.",
+                fix=f"{self.name} is: {self.help}." if self.help else "Fix the value.",
             )
         if not SAFE_VALUE.match(value):
             raise UsageError(

@@ -46,10 +46,13 @@ def _finalize(value: Any) -> Any:
     shell characters; returning it as Markup keeps autoescape from HTML-escaping ``<`` in a
     version specifier.
     """
+    from jinja2 import Undefined
     from markupsafe import Markup
 
     if isinstance(value, Markup):
         return value
+    if isinstance(value, Undefined):
+        str(value)  # StrictUndefined raises UndefinedError, naming the missing variable
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         text = str(value)
         if not SAFE_VALUE.match(text):

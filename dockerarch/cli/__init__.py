@@ -54,9 +54,12 @@ def _root(
 
 
 def _register() -> None:
-    from dockerarch.cli import doctor
+    from dockerarch.cli import doctor, generate, recipes, targets
 
     app.command("doctor")(doctor.doctor)
+    app.add_typer(targets.app, name="targets")
+    app.command("recipes")(recipes.recipes)
+    app.command("generate")(generate.generate)
 
 
 _register()

@@ -1,0 +1,52 @@
+"""``dockerarch generate``: print or write the Dockerfile a build would use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def generate(
+    recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
+    arch: Annotated[
+        str | None, typer.Option("--arch", "-a", help="armv7 or aarch64 (aliases: armhf, arm64).")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="A board target, e.g. rpi3, pynq-zu.")
+    ] = None,
+    version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
+    package: Annotated[
+        str | None, typer.Option("--package", "-p", help="For the wheel recipe: 'NAME==VERSION'.")
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
+) -> None:
+    """Render the Dockerfile for RECIPE and one target."""
+    from dockerarch import paths
+    from dockerarch.errors import UsageError
+    from dockerarch.files import write_atomic
+    from dockerarch.recipes import parse_set
+    from dockerarch.render import plan, render
+
+    requests = plan(
+        recipe, arch=arch, target=target, version=version, package=package,
+        settings=parse_set(settings or []),
+    )  # fmt: skip
+    if len(requests) > 1:
+        raise UsageError(
+            "generate renders one Dockerfile: give one arch or one target",
+            fix="Run it once per target, e.g. --target debian-armv7, then --target debian-aarch64.",
+        )
+    text = render(requests[0], paths.template_dirs())
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        write_atomic(output, text.encode())
+        typer.echo(f"wrote {output}", err=True)
