@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from dockerarch import paths
+from dockerarch.cli import main
+from dockerarch.recipes import load_recipes
+from dockerarch.render import plan, render
+from dockerarch.targets import load_targets
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
+UPDATE = os.environ.get("DOCKERARCH_UPDATE_GOLDEN") == "1"
+
+RECIPES = load_recipes()
+TARGETS = load_targets()
+COMBINATIONS = [
+    (r.name, t.name) for r in RECIPES.values() for t in TARGETS.values() if r.supports(t)
+]
+
+
+def _render(recipe: str, target: str, **kw: object) -> str:
+    package = "zstandard==0.23.0" if recipe == "wheel" else None
+    args: dict = {"arch": None, "target": target, "version": None, "package": package, "settings": {}}
+    args.update(kw)
+    (request,) = plan(recipe, **args)
+    return render(request, paths.template_dirs())
+
+
+def _stages(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"^FROM (\S+) AS (\S+)$", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
+def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None:
+    text = _render(recipe, target)
+    board = TARGETS[target]
+    stages = _stages(text)
+    names = [name for _, name in stages]
+    assert names[0] == "build" and names[-2:] == ["artifacts", "runtime"]
+    assert ("scratch", "artifacts") in stages
+    assert dict((n, i) for i, n in stages)["build"] == board.base_image
+    assert dict((n, i) for i, n in stages)["runtime"] == board.base_image
+    assert board.cpu_flags in text
+    assert "{{" not in text and "{%" not in text
+    assert "ca-bundle" in text  # the host's CA reaches every step that downloads
+    assert text == _render(recipe, target)  # same input, same bytes
+
+
+def test_every_required_combination_is_covered() -> None:
+    covered = {r for r, _ in COMBINATIONS}
+    assert {"wheel", "torch", "torchvision", "opencv", "numpy", "vaccel", "qpulib"} <= covered
+    assert {t for _, t in COMBINATIONS} == set(TARGETS)
+
+
+@pytest.mark.parametrize(
+    ("golden", "recipe", "target"),
+    [
+        ("wheel-zstandard-debian-armv7", "wheel", "debian-armv7"),
+        ("torch-2.3.1-pynq-zu", "torch", "pynq-zu"),
+        ("vaccel-0.6.1-pynq-z1", "vaccel", "pynq-z1"),
+        ("qpulib-master-rpi3", "qpulib", "rpi3"),
+    ],
+)
+def test_golden(golden: str, recipe: str, target: str) -> None:
+    path = GOLDEN / f"{golden}.Dockerfile"
+    text = _render(recipe, target)
+    if UPDATE:
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs; DOCKERARCH_UPDATE_GOLDEN=1 rewrites it"
+
+
+def test_options_and_versions_change_the_output() -> None:
+    old = _render("torch", "rpi3", version="1.4.0")
+    assert "--branch v1.4.0" in old and "USE_DISTRIBUTED=0" in old
+    cuda = _render("torch", "rpi3", settings={"USE_OPENCV": "1"})
+    assert "libopencv-dev" in cuda and "USE_OPENCV=1" in cuda
+    cmake = _render("vaccel", "rpi3", version="0.5.0")
+    assert "cmake -S . -B build" in cmake and "meson" not in cmake.split("AS build", 1)[1].split("apt-get install", 1)[0]
+    noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
+    assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys)
+    assert code == 0 and out == _render("wheel", "debian-armv7")
+    target = tmp_path / "Dockerfile"
+    code, out, err = run(["generate", "numpy", "-t", "rpi3", "-o", str(target)], capsys)
+    assert code == 0 and out == "" and target.read_text() == _render("numpy", "rpi3")
+    assert [p.name for p in tmp_path.iterdir()] == ["Dockerfile"]  # no temporary file left
+
+
+def test_failed_generate_leaves_the_old_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "Dockerfile"
+    target.write_text("good\n")
+    code, _, _ = run(["generate", "numpy", "-t", "rpi3", "--set", "BLAS=mkl", "-o", str(target)], capsys)
+    assert code == 2 and target.read_text() == "good\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["generate", "torhc", "--arch", "armv7"], 2, "Unknown recipe 'torhc'. Did you mean 'torch'?"),
+        (["generate", "torch", "--target", "rpi4"], 2, "Unknown target 'rpi4'. Did you mean 'rpi3'?"),
+        (["generate", "torch", "--arch", "armv9"], 2, "Unknown arch 'armv9'"),
+        (["generate", "torch", "--arch", "armv7", "--version", "2.3.1;id"], 2, "not a valid version"),
+        (["generate", "wheel", "--arch", "armv7", "--package", "x==1;id"], 2, "not a package spec"),
+        (["generate", "wheel", "--arch", "armv7"], 2, "needs --package"),
+        (["generate", "torch", "--arch", "armv7", "--package", "x==1"], 2, "does not take --package"),
+        (["generate", "torch", "--arch", "armv7", "--set", "USE_CUDA=$(id)"], 2, "USE_CUDA"),
+        (["generate", "torch", "--arch", "armv7", "--set", "NOPE=1"], 2, "has no option 'NOPE'"),
+        (["generate", "qpulib", "--target", "pynq-zu"], 2, "does not build for target 'pynq-zu'"),
+        (["generate", "torch"], 2, "exactly one of --arch and --target"),
+        (["targets", "show", "pynq"], 2, "Unknown target 'pynq'"),
+    ],
+)
+def test_bad_input(argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    got, out, err = run(argv, capsys)
+    assert got == code
+    assert message in " ".join(err.split())
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's project with its own recipe 'hello'."""
+    (tmp_path / "dockerfiles").mkdir()
+    (tmp_path / "contexts" / "hello").mkdir(parents=True)
+    (tmp_path / "contexts" / "hello" / "recipe.yaml").write_text(
+        'description: a project recipe\nversions: {known: ["1.0"], default: "1.0"}\n'
+        "smoke: [hello]\n"
+    )
+    monkeypatch.setenv("DOCKERARCH_PROJECT", str(tmp_path))
+    return tmp_path
+
+
+def _template(project: Path, body: str) -> Path:
+    path = project / "dockerfiles" / "hello.Dockerfile.j2"
+    path.write_text('{% extends "_partials/layout.Dockerfile.j2" %}\n{% block build %}\n' + body + "\n{% endblock %}\n")
+    return path
+
+
+def test_project_recipe_renders(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _template(project, "RUN echo {{ recipe.version }} > /out/hello")
+    code, out, _ = run(["generate", "hello", "--arch", "aarch64"], capsys)
+    assert code == 0 and "RUN echo 1.0 > /out/hello" in out
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("RUN echo {{ target.nonexistent }}", ":3: 'dict object' has no attribute 'nonexistent'"),
+        ("RUN echo {{ nothing }}", ":3: 'nothing' is undefined"),
+        ("RUN echo {{ target.name ", ":4: "),
+        ("RUN echo {{ options }}", ":3: A template printed a dict"),
+    ],
+)
+def test_template_errors_name_file_and_line(
+    project: Path, body: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _template(project, body)
+    code, _, err = run(["generate", "hello", "--arch", "armv7"], capsys)
+    assert code == 3
+    assert f"{path}{message}" in " ".join(err.split())
+    assert "Traceback" not in err
+
+
+def test_unknown_key_in_recipe_yaml(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _template(project, "RUN true")
+    (project / "contexts" / "hello" / "recipe.yaml").write_text("versions: {defualt: '1.0'}\n")
+    code, _, err = run(["generate", "hello", "--arch", "armv7"], capsys)
+    err = " ".join(err.split())
+    assert code == 3
+    assert "Unknown key 'versions.defualt'" in err and "Did you mean 'default'?" in err
+
+
+def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["targets"], capsys)
+    assert code == 0 and all(name in out for name in TARGETS)
+    code, out, _ = run(["targets", "show", "pynq-z1"], capsys)
+    assert code == 0
+    assert re.search(r"^triplet\s+arm-linux-gnueabihf$", out, re.MULTILINE)
+    assert re.search(r"^glibc\s+2\.35$", out, re.MULTILINE)
+    code, out, _ = run(["recipes"], capsys)
+    assert code == 0
+    assert re.search(r"^torch\s+1\.1\.0, 1\.4\.0, 2\.1\.2, 2\.3\.1\*", out, re.MULTILINE)
+    assert re.search(r"^qpulib .* debian-armv7,rpi3 ", out, re.MULTILINE)

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+
+from dockerarch.errors import UsageError
+from dockerarch.recipes import load_recipes, parse_package_spec, parse_set
+
+REQUIRED_RECIPES = {"wheel", "torch", "torchvision", "opencv", "numpy", "vaccel", "qpulib"}
+
+
+def test_required_recipes_exist_with_metadata() -> None:
+    recipes = load_recipes()
+    assert REQUIRED_RECIPES <= set(recipes)
+    for recipe in recipes.values():
+        assert recipe.template.name == f"{recipe.name}.Dockerfile.j2"
+        assert recipe.context.name == recipe.name
+        assert recipe.artifacts
+        if not recipe.needs_package:
+            assert recipe.default_version in recipe.versions
+            assert recipe.smoke, f"{recipe.name} has no smoke command"
+
+
+@pytest.mark.parametrize(
+    ("spec", "name", "version"),
+    [
+        ("zstandard==0.23.0", "zstandard", "0.23.0"),
+        ("Pillow[tiff]==10.4.0", "Pillow", "10.4.0"),
+        ("numpy>=1.26,<2", "numpy", None),
+        ("python-snappy", "python-snappy", None),
+        ("cffi ==1.17.1", "cffi", "1.17.1"),
+    ],
+)
+def test_package_specs(spec: str, name: str, version: str | None) -> None:
+    parsed = parse_package_spec(spec)
+    assert (parsed.name, parsed.version) == (name, version)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["zstandard==0.23.0; rm -rf /", "zstandard==$(id)", "zstandard==`id`", "zst'andard",
+     'zstandard"', "zstandard==0.23.0\nRUN id", "https://evil.example.invalid/x.tar.gz",
+     "zstandard @ file:///etc", "", "==1.0"],
+)  # fmt: skip
+def test_package_specs_that_could_reach_a_shell_are_refused(spec: str) -> None:
+    with pytest.raises(UsageError, match="not a package spec"):
+        parse_package_spec(spec)
+
+
+def test_per_version_option_defaults() -> None:
+    torch = load_recipes()["torch"]
+    assert torch.resolve_options("2.3.1", {})["USE_DISTRIBUTED"] == "1"
+    assert torch.resolve_options("1.4.0", {})["USE_DISTRIBUTED"] == "0"
+    old = torch.resolve_options("1.1.0", {})
+    assert old["USE_OPENCV"] == "1" and old["BUILD_CUSTOM_PROTOBUF"] == "0"
+    assert torch.resolve_options("1.4.0", {"USE_DISTRIBUTED": "1"})["USE_DISTRIBUTED"] == "1"
+    vision = load_recipes()["torchvision"]
+    assert vision.resolve_options("0.16.2", {})["TORCH_VERSION"] == "2.1.2"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("USE_CUDA", "2", "Choose one of: 0, 1"),
+        ("USE_CUDAA", "1", "Did you mean 'USE_CUDA'?"),
+        ("MAX_JOBS", "2; id", "must match"),
+        ("SOURCE", "https://x.example.invalid/$(id)", "must match"),
+        ("SOURCE", "https://x.example.invalid/a'b", "must match"),
+    ],
+)
+def test_bad_options(key: str, value: str, message: str) -> None:
+    torch = load_recipes()["torch"]
+    with pytest.raises(UsageError) as caught:
+        torch.resolve_options("2.3.1", {key: value})
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize("version", ["2.3", "2.3.1;id", "v2.3.1", "2.3.1\n", "$(id)"])
+def test_bad_versions(version: str) -> None:
+    with pytest.raises(UsageError, match="not a valid version of recipe 'torch'"):
+        load_recipes()["torch"].check_version(version)
+
+
+def test_parse_set() -> None:
+    assert parse_set(["A=1", "B = x=y"]) == {"A": "1", "B": "x=y"}
+    with pytest.raises(UsageError, match="not KEY=VALUE"):
+        parse_set(["novalue"])
