@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dockerarch import __version__
-from dockerarch.errors import ConfigError, DockerarchError
-from dockerarch.errors import UsageError
+from dockerarch.errors import ConfigError, DockerarchError, UsageError
 from dockerarch.recipes import SAFE_VALUE, PackageSpec, Recipe
 from dockerarch.targets import BoardTarget
 

@@ -12,7 +12,7 @@ from dockerarch.arm_probe import EM_AARCH64, EM_ARM, MESSAGE, probe_executable
 def _header(data: bytes) -> dict[str, int]:
     is64 = data[4] == 2
     fmt = "<HHIQQQIHHHHHH" if is64 else "<HHIIIIIHHHHHH"
-    names = "type machine version entry phoff shoff flags ehsize phentsize phnum".split()
+    names = ["type", "machine", "version", "entry", "phoff", "shoff", "flags", "ehsize", "phentsize", "phnum"]
     return dict(zip(names, struct.unpack_from(fmt, data, 16), strict=False))
 
 

@@ -42,8 +42,8 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
     names = [name for _, name in stages]
     assert names[0] == "build" and names[-2:] == ["artifacts", "runtime"]
     assert ("scratch", "artifacts") in stages
-    assert dict((n, i) for i, n in stages)["build"] == board.base_image
-    assert dict((n, i) for i, n in stages)["runtime"] == board.base_image
+    assert {n: i for i, n in stages}["build"] == board.base_image
+    assert {n: i for i, n in stages}["runtime"] == board.base_image
     assert board.cpu_flags in text
     assert "{{" not in text and "{%" not in text
     assert "ca-bundle" in text  # the host's CA reaches every step that downloads
@@ -96,7 +96,7 @@ def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, out, _ = run(["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys)
     assert code == 0 and out == _render("wheel", "debian-armv7")
     target = tmp_path / "Dockerfile"
-    code, out, err = run(["generate", "numpy", "-t", "rpi3", "-o", str(target)], capsys)
+    code, out, _err = run(["generate", "numpy", "-t", "rpi3", "-o", str(target)], capsys)
     assert code == 0 and out == "" and target.read_text() == _render("numpy", "rpi3")
     assert [p.name for p in tmp_path.iterdir()] == ["Dockerfile"]  # no temporary file left
 
