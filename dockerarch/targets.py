@@ -87,32 +87,6 @@ class BoardTarget:
     def wheel_tag(self) -> str:
         return self.arch.wheel_tag
 
-    def resolved(self) -> dict[str, str]:
-        """Every value, as `dockerarch targets show` prints it."""
-        mirror = {
-            "host": "the host's Debian mirror (from its apt sources)",
-            None: f"not set: pass --mirror URI, or set targets.{self.name}.mirror in targets.yaml",
-        }.get(self.mirror, self.mirror or "")
-        return {
-            "name": self.name,
-            "description": self.description,
-            "arch": self.arch.name,
-            "platform": self.platform,
-            "debian_arch": self.debian_arch,
-            "triplet": self.triplet,
-            "wheel_tag": self.wheel_tag,
-            "distro": self.distro,
-            "suite": self.suite,
-            "mirror": mirror,
-            "keyring": self.keyring,
-            "base_image": self.base_image,
-            "python": self.python,
-            "gcc": str(self.gcc),
-            "glibc": self.glibc,
-            "cpu_flags": self.cpu_flags,
-            "source": self.source,
-        }
-
     def template_vars(self) -> dict[str, Any]:
         """What Dockerfile templates see as ``target``."""
         return {
@@ -129,6 +103,21 @@ class BoardTarget:
             "gcc": self.gcc,
             "glibc": self.glibc,
             "cpu_flags": self.cpu_flags,
+        }
+
+    def resolved(self) -> dict[str, str]:
+        """Every value, as `dockerarch targets show` prints it."""
+        mirror = {
+            "host": "the host's Debian mirror (from its apt sources)",
+            None: f"not set: pass --mirror URI, or set targets.{self.name}.mirror in targets.yaml",
+        }.get(self.mirror, self.mirror or "")
+        values = {key: str(value) for key, value in self.template_vars().items()}
+        return {
+            **values,
+            "description": self.description,
+            "mirror": mirror,
+            "keyring": self.keyring,
+            "source": self.source,
         }
 
 

@@ -6,16 +6,9 @@ import pytest
 
 import dockerarch
 import dockerarch.doctor
-from dockerarch.cli import main
 from dockerarch.errors import ConfigError
 
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    return (code if isinstance(code, int) else 0), out, err
+from .cli import run
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

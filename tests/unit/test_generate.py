@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from dockerarch import paths
-from dockerarch.cli import main
 from dockerarch.recipes import load_recipes
 from dockerarch.render import plan, render
 from dockerarch.targets import load_targets
+
+from .cli import run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 UPDATE = os.environ.get("DOCKERARCH_UPDATE_GOLDEN") == "1"
@@ -82,14 +83,6 @@ def test_options_and_versions_change_the_output() -> None:
     assert "cmake -S . -B build" in cmake and "meson" not in cmake.split("AS build", 1)[1].split("apt-get install", 1)[0]
     noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
