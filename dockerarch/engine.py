@@ -10,6 +10,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -151,3 +152,70 @@ def docker_root_dir() -> str:
         return str(client().info().docker_root_dir)
     except DockerException as exc:
         raise EngineError(f"'docker info' failed: {_whales_error(exc)}", fix=START_HINT) from exc
+
+
+def image_labels(reference: str) -> tuple[str, dict[str, str]] | None:
+    """(image id, labels) of a local image, or None when the engine has no such image."""
+    from python_on_whales.exceptions import DockerException, NoSuchImage
+
+    docker = client()
+    try:
+        image = docker.image.inspect(reference)
+    except NoSuchImage:
+        return None
+    except DockerException as exc:
+        raise EngineError(f"Cannot inspect image {reference}: {_whales_error(exc)}", fix=START_HINT) from exc
+    return str(image.id), dict(image.config.labels or {})
+
+
+def import_rootfs(
+    context: Path,
+    *,
+    platform: str,
+    tag: str,
+    labels: dict[str, str],
+    source_date_epoch: int | None,
+) -> str:
+    """Build ``context`` (a FROM scratch Dockerfile adding rootfs.tar) for ``platform`` and load
+    it into the engine as ``tag``. With the docker driver, BuildKit resolves FROM in the local
+    image store only when the platform matches, so the platform is set at build time rather
+    than with `docker import` (which recorded amd64 on one engine)."""
+    from python_on_whales.exceptions import DockerException
+
+    build_args = {}
+    if source_date_epoch is not None:
+        build_args["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+    try:
+        image = client().buildx.build(
+            context_path=context,
+            platforms=[platform],
+            tags=[tag],
+            labels=labels,
+            build_args=build_args,
+            load=True,
+            progress="plain" if os.environ.get("DOCKERARCH_DEBUG") else False,
+        )
+    except DockerException as exc:
+        raise EngineError(
+            f"Importing the root filesystem as {tag} ({platform}) failed: {_whales_error(exc)}"
+        ) from exc
+    if image is None:
+        raise EngineError(f"buildx loaded no image for {tag}")
+    return str(image.id)
+
+
+def push_copy(tag: str, registry: str) -> str:
+    """Tag ``tag`` as REGISTRY/tag and push it; returns the pushed reference."""
+    from python_on_whales.exceptions import DockerException
+
+    remote = f"{registry}/{tag}"
+    docker = client()
+    try:
+        docker.image.tag(tag, remote)
+        docker.image.push(remote, quiet=True)
+    except DockerException as exc:
+        raise EngineError(
+            f"Pushing {remote} failed: {_whales_error(exc)}",
+            fix="Check the registry answers (dockerarch doctor).",
+        ) from exc
+    return remote

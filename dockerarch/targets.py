@@ -35,13 +35,18 @@ class Arch:
 ARCHES: dict[str, Arch] = {
     "armv7": Arch("armv7", "linux/arm/v7", "armhf", "arm-linux-gnueabihf", "linux_armv7l", 40, "armv7l"),
     "aarch64": Arch("aarch64", "linux/arm64", "arm64", "aarch64-linux-gnu", "linux_aarch64", 183, "aarch64"),
+    # The build host itself: the base of hybrid builds' native toolchain stage (issue 6).
+    "amd64": Arch("amd64", "linux/amd64", "amd64", "x86_64-linux-gnu", "linux_x86_64", 62, "x86_64"),
 }  # fmt: skip
+ARM_ARCHES = ("armv7", "aarch64")
 ARCH_ALIASES = {
     "armv7": "armv7", "armv7l": "armv7", "armhf": "armv7", "arm": "armv7", "arm/v7": "armv7",
-    "linux/arm/v7": "armv7",
+    "linux/arm/v7": "armv7", "amd64": "amd64", "x86_64": "amd64", "linux/amd64": "amd64",
     "aarch64": "aarch64", "arm64": "aarch64", "armv8": "aarch64", "linux/arm64": "aarch64",
 }  # fmt: skip
-DEFAULT_TARGET_FOR_ARCH = {"armv7": "debian-armv7", "aarch64": "debian-aarch64"}
+DEFAULT_TARGET_FOR_ARCH = {
+    "armv7": "debian-armv7", "aarch64": "debian-aarch64", "amd64": "debian-amd64",
+}  # fmt: skip
 DISTROS = ("debian", "raspbian", "ubuntu")
 
 
@@ -50,7 +55,8 @@ def resolve_arch(name: str) -> Arch:
     if key is None:
         raise UsageError(
             f"Unknown arch '{name}'.{did_you_mean(name.lower(), ARCH_ALIASES)}",
-            fix=f"Valid arches: {', '.join(sorted(ARCH_ALIASES))} (aliases of armv7 and aarch64).",
+            fix=f"Valid arches: {', '.join(sorted(ARCH_ALIASES))} (aliases of armv7, aarch64 "
+            "and, for bases only, amd64).",
         )
     return ARCHES[key]
 

@@ -54,12 +54,13 @@ def _root(
 
 
 def _register() -> None:
-    from dockerarch.cli import doctor, generate, recipes, targets
+    from dockerarch.cli import base, doctor, generate, recipes, targets
 
     app.command("doctor")(doctor.doctor)
     app.add_typer(targets.app, name="targets")
     app.command("recipes")(recipes.recipes)
     app.command("generate")(generate.generate)
+    app.add_typer(base.app, name="base")
 
 
 _register()

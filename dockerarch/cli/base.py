@@ -1,0 +1,57 @@
+"""``dockerarch base``: base images for targets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Base images: a target's userland, bootstrapped from its distro's packages.")
+
+
+@app.command("bootstrap")
+def bootstrap(
+    arch: Annotated[
+        str | None, typer.Option("--arch", "-a", help="armv7, aarch64 or amd64; a comma list.")
+    ] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="A board target.")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help="Release, e.g. bookworm.")] = None,
+    mirror: Annotated[
+        str | None, typer.Option("--mirror", help="Archive URI (default: the target's).")
+    ] = None,
+    keyring: Annotated[
+        str | None, typer.Option("--keyring", help="Keyring file that signs the archive.")
+    ] = None,
+    include: Annotated[
+        str | None, typer.Option("--include", help="Extra packages, comma-separated.")
+    ] = None,
+    snapshot: Annotated[
+        str | None, typer.Option("--snapshot", help="A dated snapshot mirror URI, for reproducibility.")
+    ] = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Rebuild even when cached.")] = False,
+    push: Annotated[
+        bool, typer.Option("--push/--no-push", help="Also push to the registry of registry.yaml.")
+    ] = True,
+) -> None:
+    """Bootstrap the base image of a target with mmdebstrap under QEMU, load it, push it."""
+    from dockerarch import base
+    from dockerarch.config import load_registry_config
+    from dockerarch.recipes import SAFE_VALUE
+    from dockerarch.targets import load_targets, select_targets
+
+    extra = [p.strip() for p in (include or "").split(",") if p.strip()]
+    for value in (suite, mirror, keyring, snapshot, *extra):
+        if value is not None and (not SAFE_VALUE.match(value) or " " in value):
+            from dockerarch.errors import UsageError
+
+            raise UsageError(f"{value!r} holds characters dockerarch does not pass on")
+    registry = load_registry_config().address if push else None
+    for board in select_targets(load_targets(), arch=arch, target=target):
+        request = base.make_request(
+            board, suite=suite, mirror=mirror, keyring=keyring, include=extra, snapshot=snapshot
+        )
+        typer.echo(f"{board.name}: {request.tag} ({board.platform}) from {request.snapshot or request.mirror} {request.suite}", err=True)
+        result = base.bootstrap(request, refresh=refresh, push_to=registry)
+        how = "cached" if result.cached else "bootstrapped"
+        pushed = f", pushed {result.pushed}" if result.pushed else ""
+        typer.echo(f"{board.name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}")
