@@ -219,3 +219,37 @@ def push_copy(tag: str, registry: str) -> str:
             fix="Check the registry answers (dockerarch doctor).",
         ) from exc
     return remote
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalImage:
+    id: str
+    tags: tuple[str, ...]
+    platform: str
+    size: int
+    created: str
+    labels: dict[str, str]
+
+
+def images_labelled(label: str) -> list[LocalImage]:
+    """Local images carrying ``label``, newest first."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        images = client().image.list(filters={"label": label})
+    except DockerException as exc:
+        raise EngineError(f"Cannot list images: {_whales_error(exc)}", fix=START_HINT) from exc
+    found = []
+    for image in images:
+        platform = "/".join(p for p in (image.os, image.architecture, image.variant) if p)
+        found.append(
+            LocalImage(
+                id=str(image.id),
+                tags=tuple(image.repo_tags or ()),
+                platform=platform,
+                size=int(image.size or 0),
+                created=image.created.strftime("%Y-%m-%d %H:%M:%S") if image.created else "?",
+                labels=dict(image.config.labels or {}),
+            )
+        )
+    return sorted(found, key=lambda i: i.created, reverse=True)

@@ -55,3 +55,40 @@ def bootstrap(
         how = "cached" if result.cached else "bootstrapped"
         pushed = f", pushed {result.pushed}" if result.pushed else ""
         typer.echo(f"{board.name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}")
+
+
+@app.command("ls")
+def list_bases(
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """List the base images: platform, size, creation time and source."""
+    import json
+
+    from dockerarch import engine
+    from dockerarch.base import LABEL_PREFIX
+    from dockerarch.cli.targets import _table
+
+    images = engine.images_labelled(LABEL_PREFIX)
+    rows = [
+        {
+            "tags": [t for t in i.tags if not t.startswith(tuple("0123456789"))] or list(i.tags),
+            "platform": i.platform,
+            "size_mb": round(i.size / 1e6, 1),
+            "created": i.created,
+            "source": i.labels.get(f"{LABEL_PREFIX}.source", "?"),
+            "target": i.labels.get(f"{LABEL_PREFIX}.target", "?"),
+            "id": i.id,
+        }
+        for i in images
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("No base images yet: dockerarch base bootstrap --arch armv7 makes one.")
+        return
+    table = [("IMAGE", "PLATFORM", "SIZE", "CREATED", "SOURCE")]
+    for r in rows:
+        table.append((",".join(r["tags"]) or r["id"][:19], r["platform"], f"{r['size_mb']} MB",
+                      r["created"], r["source"]))  # fmt: skip
+    typer.echo(_table(table))
