@@ -37,6 +37,7 @@ class BaseRequest:
     suite: str
     mirror: str
     keyring: str | None
+    keyring_sha256: str | None  # read once, when the request is made
     include: tuple[str, ...]
     snapshot: str | None
     source_date_epoch: int | None
@@ -47,9 +48,6 @@ class BaseRequest:
         return f"{name}:{self.suite}"
 
     def inputs(self) -> dict[str, object]:
-        keyring_digest = None
-        if self.keyring:
-            keyring_digest = hashlib.sha256(Path(self.keyring).read_bytes()).hexdigest()
         return {
             "format": FORMAT,
             "distro": self.target.distro,
@@ -57,7 +55,7 @@ class BaseRequest:
             "arch": self.target.debian_arch,
             "platform": self.target.platform,
             "mirror": self.snapshot or self.mirror,
-            "keyring_sha256": keyring_digest,
+            "keyring_sha256": self.keyring_sha256,
             "include": sorted(self.include),
             "variant": "minbase",
             "source_date_epoch": self.source_date_epoch,
@@ -115,6 +113,7 @@ def make_request(
         suite=suite or target.suite,
         mirror=resolved_mirror,
         keyring=keyring,
+        keyring_sha256=hashlib.sha256(Path(keyring).read_bytes()).hexdigest() if keyring else None,
         include=tuple(dict.fromkeys([*DEFAULT_INCLUDE, *include])),
         snapshot=snapshot,
         source_date_epoch=int(epoch) if epoch is not None else None,

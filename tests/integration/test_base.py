@@ -52,7 +52,7 @@ def test_second_bootstrap_hits_the_cache(bootstrapped: str) -> None:
 def test_base_ls_lists_them_with_their_source(bootstrapped: str) -> None:
     done = dockerarch("base", "ls", "--json")
     assert done.returncode == 0
-    rows = {tuple(r["tags"])[0]: r for r in json.loads(done.stdout) if r["tags"]}
+    rows = {next(iter(r["tags"])): r for r in json.loads(done.stdout) if r["tags"]}
     for tag, platform, _, _ in BASES.values():
         assert rows[tag]["platform"] == platform
         assert rows[tag]["source"].endswith(" bookworm")

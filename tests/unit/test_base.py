@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dockerarch import base, hostapt
+from dockerarch.errors import ConfigError, UsageError
+from dockerarch.targets import load_targets
+
+TARGETS = load_targets()
+
+
+@pytest.fixture(autouse=True)
+def _host_mirror(monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = hostapt.DebianMirror("http://mirror.example.invalid/debian", "/k.gpg", "bookworm")
+    monkeypatch.setattr(hostapt, "read_sources", list)
+    monkeypatch.setattr(hostapt, "debian_mirror", lambda sources: mirror)
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+
+
+def _request(keyring: Path, **kw: object) -> base.BaseRequest:
+    return base.make_request(TARGETS["debian-armv7"], keyring=str(keyring), **kw)  # type: ignore[arg-type]
+
+
+def test_debian_targets_take_the_host_mirror(tmp_path: Path) -> None:
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    request = _request(keyring)
+    assert request.mirror == "http://mirror.example.invalid/debian"
+    assert request.tag == "dockerarch/base/debian-armv7:bookworm"
+    assert request.include == ("ca-certificates",)
+
+
+def test_every_input_changes_the_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    first = _request(keyring)
+    assert first.inputs_hash() == _request(keyring).inputs_hash()  # stable
+    variants = [
+        replace(first, suite="trixie"),
+        replace(first, mirror="http://other.example.invalid/debian"),
+        replace(first, include=("ca-certificates", "python3")),
+        replace(first, snapshot="http://snapshot.example.invalid/archive/debian/20250520T000000Z"),
+        replace(first, source_date_epoch=1700000000),
+        replace(first, target=TARGETS["debian-aarch64"]),
+    ]
+    hashes = {v.inputs_hash() for v in variants}
+    assert len(hashes) == len(variants) and first.inputs_hash() not in hashes
+    keyring.write_bytes(b"another key")
+    assert _request(keyring).inputs_hash() != first.inputs_hash()
+
+
+def test_suite_override_changes_the_tag(tmp_path: Path) -> None:
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    assert _request(keyring, suite="trixie").tag == "dockerarch/base/debian-armv7:trixie"
+
+
+def test_targets_without_a_mirror_must_be_given_one() -> None:
+    with pytest.raises(UsageError) as caught:
+        base.make_request(TARGETS["rpi3"])
+    assert "--mirror URI" in caught.value.message and "targets.rpi3.mirror" in caught.value.message
+
+
+def test_missing_keyring(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        base.make_request(TARGETS["debian-armv7"], keyring=str(tmp_path / "none.gpg"))
+
+
+def test_bad_source_date_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
+        _request(keyring)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert _request(keyring).source_date_epoch == 1700000000
