@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -98,6 +98,7 @@ def make_request(
     include: Sequence[str] = (),
     snapshot: str | None = None,
 ) -> BaseRequest:
+    _check_inputs(suite=suite, mirror=mirror, snapshot=snapshot, include=include)
     resolved_mirror = resolve_mirror(target, mirror)
     keyring = keyring or target.keyring
     if keyring and not Path(keyring).is_file():
@@ -118,6 +119,30 @@ def make_request(
         snapshot=snapshot,
         source_date_epoch=int(epoch) if epoch is not None else None,
     )
+
+
+_SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
+_URI = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/%+@-]+$")
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
+def _check_inputs(
+    *, suite: str | None, mirror: str | None, snapshot: str | None, include: Sequence[str]
+) -> None:
+    if suite is not None and not _SUITE.match(suite):
+        raise UsageError(f"--suite {suite!r} is not a release name", fix="For example: bookworm.")
+    for option, uri in (("--mirror", mirror), ("--snapshot", snapshot)):
+        if uri is not None and not _URI.match(uri):
+            raise UsageError(
+                f"{option} {uri!r} is not an http(s):// or file:// URI",
+                fix="Give the archive's URI, like the ones in /etc/apt/sources.list.d.",
+            )
+    for package in include:
+        if not _PACKAGE.match(package):
+            raise UsageError(
+                f"--include lists {package!r}, which is not a Debian package name",
+                fix="Separate package names with commas: --include python3,python3-pip.",
+            )
 
 
 def cached_image(request: BaseRequest) -> str | None:
@@ -190,7 +215,3 @@ def _mmdebstrap(request: BaseRequest, out: Path) -> None:
     )
     if not out.is_file() or out.stat().st_size == 0:
         raise ConfigError(f"mmdebstrap produced no root filesystem at {out}")
-
-
-def free_bytes(path: Path) -> int:
-    return shutil.disk_usage(path).free

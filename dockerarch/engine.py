@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from dockerarch import process
 from dockerarch.errors import EngineError
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ def import_rootfs(
             labels=labels,
             build_args=build_args,
             load=True,
-            progress="plain" if os.environ.get("DOCKERARCH_DEBUG") else False,
+            progress="plain" if process.debug_enabled() else False,
         )
     except DockerException as exc:
         raise EngineError(

@@ -84,11 +84,5 @@ class CommandFailedError(DockerarchError):
         self.output = output
 
 
-class HostNotReadyError(DockerarchError):
-    """``dockerarch doctor`` found a required check failing."""
-
-    exit_code = 1
-
-
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE from sysexits.h: a bug in dockerarch itself
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C

@@ -36,15 +36,9 @@ def bootstrap(
     """Bootstrap the base image of a target with mmdebstrap under QEMU, load it, push it."""
     from dockerarch import base
     from dockerarch.config import load_registry_config
-    from dockerarch.recipes import SAFE_VALUE
     from dockerarch.targets import load_targets, select_targets
 
     extra = [p.strip() for p in (include or "").split(",") if p.strip()]
-    for value in (suite, mirror, keyring, snapshot, *extra):
-        if value is not None and (not SAFE_VALUE.match(value) or " " in value):
-            from dockerarch.errors import UsageError
-
-            raise UsageError(f"{value!r} holds characters dockerarch does not pass on")
     registry = load_registry_config().address if push else None
     for board in select_targets(load_targets(), arch=arch, target=target):
         request = base.make_request(
@@ -66,7 +60,7 @@ def list_bases(
 
     from dockerarch import engine
     from dockerarch.base import LABEL_PREFIX
-    from dockerarch.cli.targets import _table
+    from dockerarch.cli.output import columns
 
     images = engine.images_labelled(LABEL_PREFIX)
     rows = [
@@ -91,4 +85,4 @@ def list_bases(
     for r in rows:
         table.append((",".join(r["tags"]) or r["id"][:19], r["platform"], f"{r['size_mb']} MB",
                       r["created"], r["source"]))  # fmt: skip
-    typer.echo(_table(table))
+    typer.echo(columns(table))

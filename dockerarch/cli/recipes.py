@@ -12,7 +12,7 @@ def recipes(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """List the recipes with their versions, artifacts and targets."""
-    from dockerarch.cli.targets import _table
+    from dockerarch.cli.output import columns
     from dockerarch.recipes import load_recipes
     from dockerarch.targets import load_targets
 
@@ -36,4 +36,4 @@ def recipes(
     for row in rows:
         table.append((row["name"], row["versions"], ",".join(row["artifacts"]),
                       ",".join(row["targets"]), row["description"]))  # fmt: skip
-    typer.echo(_table(table))
+    typer.echo(columns(table))

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli.output import columns
+
 app = typer.Typer(
     help="Board targets: distro, arch, compiler and C library a build matches.",
     invoke_without_command=True,
@@ -32,7 +34,7 @@ def list_targets(
     for t in targets.values():
         rows.append((t.name, t.arch.name, t.platform, f"{t.distro} {t.suite}", t.python,
                      str(t.gcc), t.glibc, t.description))  # fmt: skip
-    typer.echo(_table(rows))
+    typer.echo(columns(rows))
 
 
 @app.command("show")
@@ -50,10 +52,3 @@ def show(
     width = max(map(len, values))
     typer.echo("\n".join(f"{key:<{width}}  {value}" for key, value in values.items()))
 
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
-        for row in rows
-    )

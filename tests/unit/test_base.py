@@ -77,3 +77,20 @@ def test_bad_source_date_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         _request(keyring)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert _request(keyring).source_date_epoch == 1700000000
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"suite": "bookworm;id"}, "--suite"),
+        ({"mirror": "ftp://x.example.invalid/debian"}, "--mirror"),
+        ({"snapshot": "http://x.example.invalid/a b"}, "--snapshot"),
+        ({"include": ["python3", "rm -rf"]}, "--include lists 'rm -rf'"),
+    ],
+)
+def test_bad_bootstrap_inputs(tmp_path: Path, kw: dict[str, object], message: str) -> None:
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    with pytest.raises(UsageError) as caught:
+        _request(keyring, **kw)
+    assert message in caught.value.message

@@ -1,0 +1,12 @@
+"""Plain-text tables for the listing commands."""
+
+from __future__ import annotations
+
+
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """Rows aligned in columns; the last column is left unpadded (it holds long text)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in rows
+    )
