@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dockerarch import engine, hostapt, process
+from dockerarch import engine, hostapt, process, sdcard
 from dockerarch.errors import ConfigError, UsageError
+from dockerarch.sdcard import Progress
 from dockerarch.targets import BoardTarget
 
 LABEL_PREFIX = "org.dockerarch.base"
@@ -73,6 +74,7 @@ class BaseResult:
     pushed: str | None
     cached: bool
     seconds: float
+    note: str = ""  # what the user should know about it, e.g. whether it is reproducible
 
 
 def resolve_mirror(target: BoardTarget, mirror: str | None) -> str:
@@ -145,53 +147,188 @@ def _check_inputs(
             )
 
 
-def cached_image(request: BaseRequest) -> str | None:
-    """The id of an image tagged for ``request`` and made from the same inputs, if any."""
-    image = engine.image_labels(request.tag)
-    if image is None:
+def _cached_result(tag: str, inputs_hash: str, push_to: str | None, started: float) -> BaseResult | None:
+    image = engine.image_labels(tag)
+    if image is None or image[1].get(f"{LABEL_PREFIX}.inputs") != inputs_hash:
         return None
-    image_id, labels = image
-    return image_id if labels.get(f"{LABEL_PREFIX}.inputs") == request.inputs_hash() else None
+    pushed = engine.push_copy(tag, push_to) if push_to else None
+    return BaseResult(
+        tag=tag, image_id=image[0], pushed=pushed, cached=True, seconds=time.monotonic() - started
+    )
 
 
-def bootstrap(request: BaseRequest, *, refresh: bool = False, push_to: str | None = None) -> BaseResult:
+def _import(
+    context: Path, *, tag: str, platform: str, labels: dict[str, str], epoch: int | None,
+    push_to: str | None, started: float, note: str,
+) -> BaseResult:  # fmt: skip
+    (context / "Dockerfile").write_text(
+        "# A root filesystem made by dockerarch.\nFROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n"
+    )
+    image_id = engine.import_rootfs(
+        context, platform=platform, tag=tag, labels={LABEL_PREFIX: "1", **labels},
+        source_date_epoch=epoch,
+    )  # fmt: skip
+    pushed = engine.push_copy(tag, push_to) if push_to else None
+    return BaseResult(
+        tag=tag, image_id=image_id, pushed=pushed, cached=False,
+        seconds=time.monotonic() - started, note=note,
+    )  # fmt: skip
+
+
+def bootstrap(
+    request: BaseRequest,
+    *,
+    refresh: bool = False,
+    push_to: str | None = None,
+    progress: Progress = lambda line: None,
+) -> BaseResult:
     started = time.monotonic()
     if not refresh:
-        image_id = cached_image(request)
-        if image_id is not None:
-            pushed = engine.push_copy(request.tag, push_to) if push_to else None
-            return BaseResult(
-                tag=request.tag, image_id=image_id, pushed=pushed, cached=True,
-                seconds=time.monotonic() - started,
-            )  # fmt: skip
+        cached = _cached_result(request.tag, request.inputs_hash(), push_to, started)
+        if cached is not None:
+            return cached
+    epoch = request.source_date_epoch
+    if epoch is None:
+        epoch = release_epoch(request)
+    if epoch is None:
+        note = ("not reproducible: the archive's Release date could not be read, so "
+                "timestamps are today's; set SOURCE_DATE_EPOCH")  # fmt: skip
+    elif request.snapshot:
+        note = f"reproducible: snapshot {request.snapshot}, SOURCE_DATE_EPOCH={epoch}"
+    else:
+        note = (f"reproducible while the mirror serves the same packages (SOURCE_DATE_EPOCH="
+                f"{epoch}, its Release date); pass --snapshot URI to pin them")  # fmt: skip
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="base-", dir=STATE_DIR) as tmp:
         context = Path(tmp)
-        rootfs = context / "rootfs.tar"
-        _mmdebstrap(request, rootfs)
-        (context / "Dockerfile").write_text(
-            "# A root filesystem bootstrapped by dockerarch with mmdebstrap.\n"
-            "FROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n"
-        )
+        _mmdebstrap(request, context / "rootfs.tar", epoch, progress)
         labels = {
-            LABEL_PREFIX: "1",
             f"{LABEL_PREFIX}.inputs": request.inputs_hash(),
             f"{LABEL_PREFIX}.target": request.target.name,
             f"{LABEL_PREFIX}.source": f"{request.snapshot or request.mirror} {request.suite}",
             f"{LABEL_PREFIX}.include": ",".join(request.include),
+            f"{LABEL_PREFIX}.source-date-epoch": str(epoch) if epoch is not None else "",
         }
-        image_id = engine.import_rootfs(
-            context, platform=request.target.platform, tag=request.tag, labels=labels,
-            source_date_epoch=request.source_date_epoch,
+        return _import(
+            context, tag=request.tag, platform=request.target.platform, labels=labels,
+            epoch=epoch, push_to=push_to, started=started, note=note,
         )  # fmt: skip
-    pushed = engine.push_copy(request.tag, push_to) if push_to else None
-    return BaseResult(
-        tag=request.tag, image_id=image_id, pushed=pushed, cached=False,
-        seconds=time.monotonic() - started,
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageImport:
+    """Import the root partition of a board's SD-card image as a target's base."""
+
+    target: BoardTarget
+    image: Path
+    image_sha256: str
+    partition: int | None
+    tag: str
+
+    def inputs(self) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "kind": "sdcard",
+            "sha256": self.image_sha256,
+            "partition": self.partition,
+            "platform": self.target.platform,
+        }
+
+    def inputs_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()
+
+
+_TAG = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
+
+
+def make_image_import(
+    target: BoardTarget, image: Path, *, partition: int | None = None, tag: str | None = None,
+    progress: Progress = lambda line: None,
+) -> ImageImport:  # fmt: skip
+    if not image.is_file():
+        raise UsageError(f"{image} does not exist or is not a file", fix="Check the path.")
+    if partition is not None and partition < 0:
+        raise UsageError(f"--partition {partition} is not a partition number", fix="Partitions count from 1.")
+    if tag is not None and not _TAG.match(tag):
+        raise UsageError(f"--tag {tag!r} is not an image reference", fix="For example: myboard/base:v3.0.")
+    name = target.base_image.split("@", 1)[0].rsplit(":", 1)[0]
+    progress(f"hashing {image.name} ({image.stat().st_size / 1e9:.2f} GB)")
+    return ImageImport(
+        target=target, image=image, image_sha256=sdcard.sha256_file(image), partition=partition,
+        tag=tag or f"{name}:{target.suite}",
     )  # fmt: skip
 
 
-def _mmdebstrap(request: BaseRequest, out: Path) -> None:
+def import_image(
+    request: ImageImport,
+    *,
+    refresh: bool = False,
+    push_to: str | None = None,
+    progress: Progress = lambda line: None,
+) -> BaseResult:
+    started = time.monotonic()
+    if not refresh:
+        cached = _cached_result(request.tag, request.inputs_hash(), push_to, started)
+        if cached is not None:
+            return cached
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sdcard-", dir=STATE_DIR) as tmp:
+        work = Path(tmp)
+        context = work / "context"
+        context.mkdir()
+        with sdcard.raw_image(request.image, work, progress) as raw:
+            parts = sdcard.partitions(raw, request.image)
+            root = sdcard.root_partition(parts, request.image, request.partition)
+            progress(f"root filesystem: partition {root.number} ({root.fstype}, {root.size / 1e9:.2f} GB)")
+            sdcard.archive_partition(raw, root, context / "rootfs.tar", request.image)
+        facts = sdcard.inspect_rootfs(context / "rootfs.tar", request.image)
+        if facts.arch != request.target.arch.name:
+            raise UsageError(
+                f"The userland in {request.image} is {facts.arch or facts.machine} "
+                f"({facts.evidence}), but target '{request.target.name}' is "
+                f"{request.target.arch.name}",
+                fix="Import it for a target of its arch (dockerarch targets ls).",
+            )
+        progress(f"userland: {facts.pretty_name}, {facts.arch}")
+        labels = {
+            f"{LABEL_PREFIX}.inputs": request.inputs_hash(),
+            f"{LABEL_PREFIX}.target": request.target.name,
+            f"{LABEL_PREFIX}.source": f"{request.image.name} sha256:{request.image_sha256}",
+            f"{LABEL_PREFIX}.os": facts.pretty_name,
+            f"{LABEL_PREFIX}.partition": str(root.number),
+        }
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        return _import(
+            context, tag=request.tag, platform=request.target.platform, labels=labels,
+            epoch=int(epoch) if epoch and epoch.isdigit() else None, push_to=push_to,
+            started=started, note=f"{facts.pretty_name} from partition {root.number}",
+        )  # fmt: skip
+
+
+def release_epoch(request: BaseRequest) -> int | None:
+    """The Date of the suite's Release file as seconds since the epoch: the default
+    SOURCE_DATE_EPOCH, so that two bootstraps from the same archive state give the same image.
+    None when the Release file cannot be read."""
+    import email.utils
+    import urllib.request
+
+    uri = (request.snapshot or request.mirror).rstrip("/")
+    for name in ("InRelease", "Release"):
+        try:
+            with urllib.request.urlopen(f"{uri}/dists/{request.suite}/{name}", timeout=30) as answer:
+                head = answer.read(4096).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            continue
+        found = re.search(r"^Date: (.+)$", head, re.MULTILINE)
+        if found:
+            try:
+                return int(email.utils.parsedate_to_datetime(found.group(1).strip()).timestamp())
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Progress) -> None:
     process.which("mmdebstrap", hint="Install it: scripts/setup-host does (apt-get install mmdebstrap arch-test).")
     args = [
         "mmdebstrap",
@@ -204,13 +341,11 @@ def _mmdebstrap(request: BaseRequest, out: Path) -> None:
     if request.keyring:
         args.append(f"--keyring={request.keyring}")
     args += [request.suite, str(out), request.snapshot or request.mirror]
-    env = {}
-    if request.source_date_epoch is not None:
-        env["SOURCE_DATE_EPOCH"] = str(request.source_date_epoch)
-    process.run(
+    env = {"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {}
+    process.stream(
         args,
         env=env,
-        timeout=3600,
+        on_line=lambda line: progress(line) if line.startswith(("I:", "W:", "E:")) else None,
         hint="Install it: scripts/setup-host does.",
     )
     if not out.is_file() or out.stat().st_size == 0:

@@ -11,7 +11,8 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dockerarch.errors import CommandFailedError, ToolMissingError
@@ -88,3 +89,46 @@ def run(
             output=proc.stdout + proc.stderr,
         )
     return done
+
+
+def stream(
+    args: Sequence[str],
+    *,
+    on_line: Callable[[str], None],
+    env: Mapping[str, str] | None = None,
+    keep: int = 200,
+    hint: str = "Install it, or run scripts/setup-host, which installs everything dockerarch needs.",
+) -> Completed:
+    """Run ``args``, handing each line of its output (stdout and stderr merged) to ``on_line``
+    as it comes, for live progress. Raises CommandFailedError with the last lines on failure;
+    the child is killed if we are interrupted."""
+    argv = [which(args[0], hint=hint), *args[1:]]
+    if _debug:
+        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
+    full_env = None if env is None else {**os.environ, **env}
+    tail: deque[str] = deque(maxlen=keep)
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+        errors="replace", bufsize=1,
+    ) as child:  # fmt: skip
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                line = line.rstrip("\n")
+                tail.append(line)
+                on_line(line)
+            child.wait()
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+    output = "\n".join(tail)
+    if child.returncode != 0:
+        last = [line for line in tail if line.strip()][-5:]
+        raise CommandFailedError(
+            f"'{shlex.join(args)}' failed with exit code {child.returncode}"
+            + (": " + " / ".join(last) if last else ""),
+            returncode=child.returncode,
+            output=output,
+        )
+    return Completed(args=tuple(args), returncode=0, stdout=output, stderr="")

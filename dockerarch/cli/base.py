@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from dockerarch import base as base_module
 
 app = typer.Typer(help="Base images: a target's userland, bootstrapped from its distro's packages.")
 
@@ -45,10 +51,55 @@ def bootstrap(
             board, suite=suite, mirror=mirror, keyring=keyring, include=extra, snapshot=snapshot
         )
         typer.echo(f"{board.name}: {request.tag} ({board.platform}) from {request.snapshot or request.mirror} {request.suite}", err=True)
-        result = base.bootstrap(request, refresh=refresh, push_to=registry)
-        how = "cached" if result.cached else "bootstrapped"
-        pushed = f", pushed {result.pushed}" if result.pushed else ""
-        typer.echo(f"{board.name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}")
+        result = base.bootstrap(request, refresh=refresh, push_to=registry, progress=_progress(board.name))
+        _report(board.name, result)
+
+
+def _progress(name: str) -> Callable[[str], None]:
+    """Progress lines on stderr, each prefixed with the target and the seconds elapsed."""
+    started = time.monotonic()
+
+    def show(line: str) -> None:
+        typer.echo(f"  {name} {time.monotonic() - started:6.1f}s  {line}", err=True)
+
+    return show
+
+
+def _report(name: str, result: base_module.BaseResult) -> None:
+    how = "cached" if result.cached else "made"
+    pushed = f", pushed {result.pushed}" if result.pushed else ""
+    typer.echo(f"{name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}")
+    if result.note:
+        typer.echo(f"{name}: {result.note}", err=True)
+
+
+@app.command("import-img")
+def import_img(
+    image: Annotated[Path, typer.Argument(help="The SD-card image: .img, .img.zip, .img.xz or .img.gz.")],
+    target: Annotated[str, typer.Option("--target", "-t", help="The board target it is the base of.")],
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="Partition number (default: the largest Linux one).")
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Image tag (default: the target's base image).")
+    ] = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Import again even when cached.")] = False,
+    push: Annotated[
+        bool, typer.Option("--push/--no-push", help="Also push to the registry of registry.yaml.")
+    ] = True,
+) -> None:
+    """Import the root partition of a board's SD-card image as the target's base, read-only,
+    with owners, modes, links, xattrs and capabilities intact."""
+    from dockerarch import base
+    from dockerarch.config import load_registry_config
+    from dockerarch.targets import load_targets, select_targets
+
+    (board,) = select_targets(load_targets(), arch=None, target=target)
+    registry = load_registry_config().address if push else None
+    progress = _progress(board.name)
+    request = base.make_image_import(board, image, partition=partition, tag=tag, progress=progress)
+    typer.echo(f"{board.name}: {request.tag} ({board.platform}) from {image} sha256:{request.image_sha256[:16]}", err=True)
+    _report(board.name, base.import_image(request, refresh=refresh, push_to=registry, progress=progress))
 
 
 @app.command("ls")
