@@ -137,10 +137,12 @@ def tar_of(image: str, platform: str, *paths: str) -> dict[str, tarfile.TarInfo]
 
 
 def host_state() -> tuple[str, list[str]]:
+    """Loop devices, and mounts other than the ones the engine makes for running containers."""
     loops = sh("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").stdout
-    mounts = [line.split(" - ")[0].split(" ", 4)[-1] for line in
+    mounts = [line.split(" - ")[0].split(" ", 5)[4] for line in
               Path("/proc/self/mountinfo").read_text().splitlines()]  # fmt: skip
-    return loops, sorted(mounts)
+    engine = ("/var/lib/docker/", "/run/docker/", "/var/run/docker/")
+    return loops, sorted(m for m in mounts if not m.startswith(engine))
 
 
 @pytest.fixture
