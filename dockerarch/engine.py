@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,11 +47,17 @@ def docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
 
 
-def client() -> DockerClient:
+def client(context: str | None = None) -> DockerClient:
+    """A client of the default engine, or of the docker context ``context`` (a native node)."""
     from python_on_whales import DockerClient
 
+    kwargs: dict[str, str] = {}
     binary = os.environ.get("DOCKERARCH_DOCKER")  # a docker CLI other than the one on PATH
-    return DockerClient(client_binary=binary) if binary else DockerClient()
+    if binary:
+        kwargs["client_binary"] = binary
+    if context:
+        kwargs["context"] = context
+    return DockerClient(**kwargs)  # type: ignore[arg-type]
 
 
 def _whales_error(exc: Exception) -> str:
@@ -155,11 +162,11 @@ def docker_root_dir() -> str:
         raise EngineError(f"'docker info' failed: {_whales_error(exc)}", fix=START_HINT) from exc
 
 
-def image_labels(reference: str) -> tuple[str, dict[str, str]] | None:
+def image_labels(reference: str, context: str | None = None) -> tuple[str, dict[str, str]] | None:
     """(image id, labels) of a local image, or None when the engine has no such image."""
     from python_on_whales.exceptions import DockerException, NoSuchImage
 
-    docker = client()
+    docker = client(context)
     try:
         image = docker.image.inspect(reference)
     except NoSuchImage:
@@ -254,3 +261,85 @@ def images_labelled(label: str) -> list[LocalImage]:
             )
         )
     return sorted(found, key=lambda i: i.created, reverse=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSpec:
+    """One `docker buildx build` of a rendered recipe, for one platform, on one node."""
+
+    context_dir: Path
+    platform: str
+    stage: str
+    output_dir: Path | None = None  # type=local export of the stage
+    load_tag: str | None = None  # load the stage into the node's engine under this tag
+    secrets: tuple[str, ...] = ()
+    cache: bool = True
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+    build_contexts: dict[str, str] | None = None
+    node_context: str | None = None  # a docker context: build on that native node
+    build_args: dict[str, str] | None = None
+
+
+def build_lines(spec: BuildSpec) -> Iterator[str]:
+    """Run the build through python-on-whales, yielding buildx's plain progress line by line.
+    Raises EngineError (with the whole output) when the build fails."""
+    from python_on_whales.exceptions import DockerException
+
+    kwargs: dict[str, object] = {}
+    if spec.output_dir is not None:
+        kwargs["output"] = {"type": "local", "dest": str(spec.output_dir)}
+    if spec.load_tag is not None:
+        kwargs["load"] = True
+        kwargs["tags"] = [spec.load_tag]
+    if spec.cache_from:
+        kwargs["cache_from"] = list(spec.cache_from)
+    if spec.cache_to:
+        kwargs["cache_to"] = spec.cache_to
+    try:
+        yield from client(spec.node_context).buildx.build(
+            context_path=spec.context_dir,
+            platforms=[spec.platform],
+            target=spec.stage,
+            secrets=list(spec.secrets),
+            cache=spec.cache,
+            build_contexts=spec.build_contexts or {},
+            build_args=spec.build_args or {},
+            progress="plain",
+            stream_logs=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+    except DockerException as exc:
+        raise BuildFailed(f"docker buildx build exited with code {exc.return_code}") from exc
+
+
+class BuildFailed(EngineError):
+    """A build step failed; the caller has the log and reports the failing step."""
+
+
+def run_in_image(image: str, platform: str, command: str, context: str | None = None) -> tuple[int, str]:
+    """Run ``sh -c command`` in a throw-away container; (exit code, output)."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        output = client(context).run(
+            image, ["sh", "-c", command], platform=platform, remove=True, tty=False
+        )
+    except DockerException as exc:
+        text = ((exc.stdout or "") + (exc.stderr or "")).strip()
+        return exc.return_code, text
+    return 0, str(output or "")
+
+
+def copy_image(reference: str, to_context: str) -> None:
+    """Copy a local image to the engine of a docker context (save | load): native nodes get
+    the base without a registry both can reach."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        client(to_context).image.load(client().image.save(reference))
+    except DockerException as exc:
+        raise EngineError(
+            f"Copying {reference} to builder node '{to_context}' failed: {_whales_error(exc)}",
+            fix="Check the node answers (dockerarch builder ls).",
+        ) from exc

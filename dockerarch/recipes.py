@@ -71,6 +71,7 @@ class PackageSpec:
     spec: str
     name: str
     version: str | None  # the pinned version of name==version
+    local: Path | None = None  # a source directory on this machine instead of a PyPI name
 
     @property
     def dist_name(self) -> str:
@@ -78,7 +79,35 @@ class PackageSpec:
         return re.sub(r"[-_.]+", "_", self.name).lower()
 
 
+def local_package(path: Path) -> PackageSpec:
+    """A source tree with a pyproject.toml whose [project] names a static version."""
+    import tomllib
+
+    pyproject = path / "pyproject.toml"
+    if not pyproject.is_file():
+        raise UsageError(
+            f"{path} is a directory without a pyproject.toml",
+            fix="Point --package at a Python project's source tree, or give a PyPI spec.",
+        )
+    try:
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{pyproject} is not valid TOML: {exc}", fix="Fix the file.") from exc
+    name, version = project.get("name"), project.get("version")
+    if not isinstance(name, str) or not isinstance(version, str) or not _PACKAGE_SPEC.match(name):
+        raise UsageError(
+            f"{pyproject} must give [project] name and a static version",
+            fix="dockerarch names the result NAME-VERSION; write both in [project].",
+        )
+    return PackageSpec(spec=name, name=name, version=version, local=path.resolve())
+
+
 def parse_package_spec(text: str) -> PackageSpec:
+    if text.startswith((".", "/", "~")) or Path(text).is_dir():
+        path = Path(text).expanduser()
+        if not path.is_dir():
+            raise UsageError(f"--package {text}: no such directory", fix="Check the path.")
+        return local_package(path)
     spec = text.strip().replace(" ", "")
     found = _PACKAGE_SPEC.match(spec)
     if not found or not spec:

@@ -131,6 +131,7 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
                 "name": request.package.name,
                 "version": request.package.version or "any",
                 "dist_name": request.package.dist_name,
+                "local": request.package.local is not None,
             }
             if request.package
             else None

@@ -54,13 +54,16 @@ def _root(
 
 
 def _register() -> None:
-    from dockerarch.cli import base, doctor, generate, recipes, targets
+    from dockerarch.cli import base, build, builder, doctor, generate, recipes, targets, verify
 
     app.command("doctor")(doctor.doctor)
     app.add_typer(targets.app, name="targets")
     app.command("recipes")(recipes.recipes)
     app.command("generate")(generate.generate)
     app.add_typer(base.app, name="base")
+    app.command("build")(build.build)
+    app.add_typer(builder.app, name="builder")
+    app.command("verify")(verify.verify)
 
 
 _register()

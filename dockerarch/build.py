@@ -1,0 +1,330 @@
+"""`dockerarch build`: render, ensure the base, build with buildx, verify, smoke-test, land.
+
+Each target's build is a job: its artifacts are exported into a temporary directory beside the
+final one, verified (artifacts.py), smoke-tested in the runtime image, described by
+manifest.json, and only then renamed into ``OUT/<target>/<recipe>-<version>/``. A failed job
+leaves an earlier good result untouched; its log is kept beside it for reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockerarch import __version__, artifacts, builders, engine, paths
+from dockerarch.errors import DockerarchError, EngineError, UsageError
+from dockerarch.render import RenderRequest, render
+
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+_STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
+_ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
+TAIL_LINES = 30
+
+Progress = Callable[[str, str], None]  # (target name, line)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    out: Path
+    builder: str | None = None
+    fallback_qemu: bool = False
+    cache: bool = True
+    smoke: bool = True
+    ca_bundle: str | None = None
+
+
+@dataclass(kw_only=True)
+class JobResult:
+    target: str
+    directory: Path | None = None
+    artifacts: list[Path] = field(default_factory=list)
+    error: DockerarchError | None = None
+    seconds: float = 0.0
+    log: Path | None = None
+
+
+def host_ca_bundle() -> str | None:
+    """The host's CA bundle (with a TLS-intercepting proxy's CA in it, when there is one)."""
+    explicit = os.environ.get("DOCKERARCH_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    for candidate in ([explicit] if explicit else []) + list(CA_BUNDLES):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def result_name(request: RenderRequest) -> str:
+    name = request.package.dist_name if request.package else request.recipe.name
+    return f"{name}-{request.version}"
+
+
+class StepTracker:
+    """Follows buildx's plain progress: the current step, and every step's lines."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, str] = {}  # "#12" -> "[build 4/5] RUN ..."
+        self.lines: dict[str, deque[str]] = {}
+        self.current = "starting"
+        self.failed: tuple[str, str] | None = None  # (step title, error)
+
+    def feed(self, line: str) -> bool:
+        """Take one line; True when the current step changed."""
+        number = line.split(" ", 1)[0]
+        if number.startswith("#"):
+            self.lines.setdefault(number, deque(maxlen=TAIL_LINES)).append(line)
+        step = _STEP.match(line)
+        if step and number not in self.steps:
+            self.steps[number] = f"[{step.group('stage')}] {step.group('what')}"
+            self.current = self.steps[number]
+            return True
+        error = _ERROR.match(line)
+        if error and self.failed is None:
+            self.failed = (self.steps.get(number, number), error.group("what"))
+        return False
+
+    def failure_report(self) -> tuple[str, list[str]]:
+        if self.failed is None:
+            return "the build", []
+        title, _ = self.failed
+        number = next((n for n, t in self.steps.items() if t == title), title)
+        return title, list(self.lines.get(number, []))
+
+
+class Job:
+    def __init__(self, request: RenderRequest, options: BuildOptions, progress: Progress) -> None:
+        self.request = request
+        self.target = request.target
+        self.options = options
+        self.progress = progress
+        self.final = options.out / self.target.name / result_name(request)
+        self.log_handle: object = None
+
+    def say(self, line: str) -> None:
+        self.progress(self.target.name, line)
+
+    def run(self) -> JobResult:
+        started = time.monotonic()
+        result = JobResult(target=self.target.name)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".tmp", dir=self.final.parent))
+        landing = work / "result"
+        landing.mkdir()
+        log_path = landing / "build.log"
+        try:
+            with log_path.open("w") as log:
+                self._build(work, landing, log, started)
+            result.artifacts = sorted(p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json"))
+            _replace_dir(landing, self.final)
+            result.directory = self.final
+            result.artifacts = [self.final / p.name for p in result.artifacts]
+            result.log = self.final / "build.log"
+        except DockerarchError as exc:
+            result.error = exc
+            if log_path.exists() and log_path.stat().st_size > 0:
+                kept = self.final.parent / f"{self.final.name}.failed.log"
+                os.replace(log_path, kept)
+                result.log = kept
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            result.seconds = time.monotonic() - started
+        return result
+
+    def _build(self, work: Path, landing: Path, log: object, started: float) -> None:
+        import io
+
+        assert isinstance(log, io.TextIOBase)
+        request = self.request
+        route = builders.route(self.target.platform, forced=self.options.builder,
+                               fallback_qemu=self.options.fallback_qemu)  # fmt: skip
+        if route.note:
+            self.say(route.note)
+        self.say(f"building on {route.builder} ({route.accel}, {route.endpoint})")
+        base_id = self._ensure_base(route)
+        context = work / "context"
+        _prepare_context(request, context)
+        secrets = (f"id=ca-bundle,src={self.options.ca_bundle}",) if self.options.ca_bundle else ()
+        spec = engine.BuildSpec(
+            context_dir=context, platform=self.target.platform, stage="artifacts",
+            output_dir=landing, secrets=secrets, cache=self.options.cache,
+            node_context=route.context,
+        )  # fmt: skip
+        self._stream(spec, log, "artifacts")
+        reports = []
+        for path in sorted(landing.iterdir()):
+            if path.name == "build.log":
+                continue
+            if path.is_dir():
+                raise artifacts.VerificationError(
+                    f"The artifacts stage of recipe '{request.recipe.name}' exported a directory "
+                    f"({path.name})", fix="Recipes put files directly in /out.")
+            reports.append(artifacts.verify(path, self.target))
+        if not reports:
+            raise artifacts.VerificationError(
+                f"The build of {result_name(request)} for {self.target.name} produced no artifacts",
+                fix="The recipe's build must write its outputs to /out.",
+            )
+        for report in reports:
+            glibc = f", needs GLIBC_{report.glibc}" if report.glibc else ""
+            self.say(f"verified {report.name} ({report.elf_files} ELF files{glibc})")
+        image_tag = image_id = None
+        smoke_output = None
+        if self.options.smoke:
+            image_tag = f"dockerarch/{request.recipe.name}:{request.version}-{self.target.name}"
+            image_tag = re.sub(r"[^a-z0-9_./:-]", "-", image_tag.lower())
+            runtime = engine.BuildSpec(
+                context_dir=context, platform=self.target.platform, stage="runtime",
+                load_tag=image_tag, secrets=secrets, cache=self.options.cache,
+                node_context=route.context,
+            )  # fmt: skip
+            self._stream(runtime, log, "runtime")
+            found = engine.image_labels(image_tag, route.context)
+            image_id = found[0] if found else None
+            smoke_output = self._smoke(image_tag, route, reports, log)
+        manifest = {
+            "recipe": request.recipe.name,
+            "version": request.version,
+            "package": request.package.spec if request.package else None,
+            "options": dict(request.options),
+            "target": self.target.name,
+            "platform": self.target.platform,
+            "base": {"image": self.target.base_image, "id": base_id},
+            "image": {"tag": image_tag, "id": image_id},
+            "artifacts": [r.as_dict() for r in reports],
+            "builder": {"name": route.builder, "endpoint": route.endpoint},
+            "accel": route.accel,
+            "smoke": smoke_output,
+            "seconds": round(time.monotonic() - started, 1),
+            "dockerarch": __version__,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    def _ensure_base(self, route: builders.Route) -> str:
+        tag = self.target.base_image
+        local = engine.image_labels(tag)
+        if local is None:
+            raise UsageError(
+                f"Target '{self.target.name}' has no base image {tag} yet",
+                fix=f"Make it first: dockerarch base bootstrap --target {self.target.name} "
+                f"(or base import-img SDCARD --target {self.target.name}).",
+            )
+        if route.context is not None:
+            remote = engine.image_labels(tag, route.context)
+            if remote is None or remote[0] != local[0]:
+                self.say(f"copying the base {tag} to node {route.builder}")
+                engine.copy_image(tag, route.context)
+        return local[0]
+
+    def _stream(self, spec: engine.BuildSpec, log: object, what: str) -> None:
+        tracker = StepTracker()
+        started = time.monotonic()
+        last_said = started
+        log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")  # type: ignore[attr-defined]
+        try:
+            for chunk in engine.build_lines(spec):
+                for line in chunk.splitlines():
+                    log.write(line + "\n")  # type: ignore[attr-defined]
+                    changed = tracker.feed(line)
+                    now = time.monotonic()
+                    if changed or now - last_said > 30:
+                        self.say(f"{what} {tracker.current}")
+                        last_said = now
+        except engine.BuildFailed as exc:
+            log.flush()  # type: ignore[attr-defined]
+            title, tail = tracker.failure_report()
+            raise BuildStepFailed(self.target.name, title, tail) from exc
+
+    def _smoke(self, image: str, route: builders.Route, reports: list[artifacts.ArtifactReport],
+               log: object) -> str:  # fmt: skip
+        command = " && ".join(self.request.recipe.smoke)
+        if not command:
+            modules = sorted({m for r in reports for m in r.top_level})
+            if not modules:
+                return "nothing to import"
+            command = f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+        self.say(f"smoke test: {command}")
+        code, output = engine.run_in_image(image, self.target.platform, command, route.context)
+        log.write(f"### smoke test: {command}\n{output}\n")  # type: ignore[attr-defined]
+        if code != 0:
+            raise SmokeFailed(
+                f"{self.target.name}: the smoke test failed in {image} (exit code {code}): "
+                + " / ".join(output.strip().splitlines()[-5:]),
+                fix="The artifacts built and verified but do not work installed; see build.log. "
+                "--no-smoke skips the test.",
+            )
+        return output.strip().splitlines()[-1] if output.strip() else "ok"
+
+
+class BuildStepFailed(EngineError):
+    exit_code = 6
+
+    def __init__(self, target: str, step: str, tail: list[str]) -> None:
+        super().__init__(f"{target}: the build failed at {step}")
+        self.step = step
+        self.tail = tail
+
+
+class SmokeFailed(DockerarchError):
+    exit_code = 8
+
+
+def _prepare_context(request: RenderRequest, context: Path) -> None:
+    """The recipe's context directory plus the rendered Dockerfile."""
+    if request.recipe.context.is_dir():
+        shutil.copytree(request.recipe.context, context, symlinks=True)
+    else:
+        context.mkdir()
+    if request.package is not None and request.package.local is not None:
+        ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv")
+        shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
+    (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    """Put ``new`` at ``final``; an earlier result is moved aside first and removed only after."""
+    old = None
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.rename(final, old)
+    try:
+        os.rename(new, final)
+    except BaseException:
+        if old is not None:
+            os.rename(old, final)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Progress) -> list[JobResult]:
+    """Build every target concurrently (buildx and BuildKit share the machine)."""
+    results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
+
+    def work(index: int, request: RenderRequest) -> None:
+        try:
+            results[index] = Job(request, options, progress).run()
+        except DockerarchError as exc:
+            results[index].error = exc
+        except Exception as exc:  # noqa: BLE001 - reported with the others, not as a thread traceback
+            results[index].error = DockerarchError(
+                f"internal error while building for {request.target.name}: "
+                f"{type(exc).__name__}: {exc}",
+                fix="This is a bug in dockerarch: run again with --debug and report it.",
+            )
+            results[index].error.__cause__ = exc
+
+    threads = [threading.Thread(target=work, args=(i, r), daemon=True) for i, r in enumerate(requests)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)  # wakes up for Ctrl-C
+    return results

@@ -1,0 +1,175 @@
+"""Native ARM builder nodes, and which node builds which platform.
+
+A node is a Docker engine on an ARM machine (a Graviton instance, a Pi 4, a Jetson) reached over
+ssh:// or tcp://, or through an existing docker context. dockerarch registers it as a docker
+context of its own, whose description records the platforms it builds: buildx then knows it as
+a builder (docker driver) of that name, and `docker context ls` shows it. No state file of ours.
+
+Routing is fixed, never guessed: a platform served by a registered node builds there, every
+other one locally under QEMU; `--builder` forces one. A node that does not answer fails the
+build (buildx#366, #2119: builds silently sent elsewhere), unless `--fallback-qemu`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dockerarch import engine
+from dockerarch.errors import EngineError, UsageError
+
+MARKER = "dockerarch builder for "
+LOCAL = "local"
+NATIVE_PLATFORMS = ("linux/arm64", "linux/arm/v7")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_ENDPOINT = re.compile(r"^(ssh://[^\s@]+@[^\s]+|ssh://[^\s]+|tcp://[^\s]+|unix:///[^\s]+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    name: str
+    endpoint: str
+    platforms: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """Where one platform builds: a native node (its docker context), or locally."""
+
+    builder: str  # LOCAL or a node's name
+    context: str | None  # the docker context to build through; None for the local engine
+    endpoint: str
+    accel: str  # "native" or "qemu"
+    note: str = ""
+
+
+def _contexts() -> list[tuple[str, str, str]]:
+    """(name, description, docker endpoint) of every docker context."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        contexts = engine.client().context.list()
+    except DockerException as exc:
+        raise EngineError(f"Cannot list docker contexts: {exc}", fix=engine.START_HINT) from exc
+    found = []
+    for context in contexts:
+        endpoints = context.endpoints or {}
+        docker = endpoints.get("docker")
+        host = getattr(docker, "host", None) if docker is not None else None
+        description = (context.metadata or {}).get("Description") or ""
+        found.append((str(context.name), str(description), str(host or "")))
+    return found
+
+
+def nodes() -> list[Node]:
+    found = []
+    for name, description, host in _contexts():
+        if description.startswith(MARKER):
+            platforms = tuple(p for p in description[len(MARKER):].split(",") if p)
+            found.append(Node(name=name, endpoint=host, platforms=platforms))
+    return sorted(found, key=lambda n: n.name)
+
+
+def add(name: str, platforms: list[str], endpoint: str) -> Node:
+    from python_on_whales.exceptions import DockerException
+
+    if not _NAME.match(name) or name in (LOCAL, "default"):
+        raise UsageError(
+            f"'{name}' cannot name a builder node",
+            fix="Use lowercase letters, digits, '.', '_' and '-', and not 'local' or 'default'.",
+        )
+    if not platforms:
+        raise UsageError("Say which platforms the node builds", fix="--platform linux/arm64")
+    for platform in platforms:
+        if platform not in NATIVE_PLATFORMS:
+            raise UsageError(
+                f"--platform {platform} is not an ARM platform dockerarch builds",
+                fix=f"Use {' or '.join(NATIVE_PLATFORMS)} (an arm64 node with 32-bit support "
+                "builds both).",
+            )
+    existing = {c[0]: c for c in _contexts()}
+    if name in existing:
+        raise UsageError(
+            f"A docker context named '{name}' already exists",
+            fix=f"Pick another name, or remove it first (dockerarch builder rm {name}).",
+        )
+    if endpoint in existing:
+        host = existing[endpoint][2]  # the node of an existing context
+    elif _ENDPOINT.match(endpoint):
+        host = endpoint
+    else:
+        raise UsageError(
+            f"'{endpoint}' is neither ssh://USER@HOST, tcp://HOST:PORT, unix:///PATH nor the "
+            "name of a docker context",
+            fix="For example: dockerarch builder add graviton --platform linux/arm64 "
+            "ssh://ubuntu@graviton.example.org",
+        )
+    try:
+        engine.client().context.create(
+            name, description=MARKER + ",".join(platforms), docker={"host": host}
+        )
+    except DockerException as exc:
+        raise EngineError(f"Cannot create docker context '{name}': {exc}") from exc
+    return Node(name=name, endpoint=host, platforms=tuple(platforms))
+
+
+def remove(name: str) -> None:
+    from python_on_whales.exceptions import DockerException
+
+    if name not in {n.name for n in nodes()}:
+        raise UsageError(
+            f"No builder node named '{name}'",
+            fix="dockerarch builder ls lists them; docker contexts not made by dockerarch are "
+            "left alone.",
+        )
+    try:
+        engine.client().context.remove(name, force=True)
+    except DockerException as exc:
+        raise EngineError(f"Cannot remove docker context '{name}': {exc}") from exc
+
+
+def answers(node: Node) -> str | None:
+    """None when the node's engine answers, else why not."""
+    from python_on_whales.exceptions import DockerException
+
+    why = engine.reachable(node.endpoint) if node.endpoint else None
+    if why:
+        return why
+    try:
+        version = engine.client(node.name).version()
+    except DockerException as exc:
+        return " ".join(str(exc.stderr or exc).split())[:200]
+    return None if version.server is not None else "no server version"
+
+
+def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
+    """Where ``platform`` builds."""
+    local = Route(builder=LOCAL, context=None, endpoint=engine.docker_host(), accel="qemu")
+    known = nodes()
+    if forced == LOCAL:
+        return local
+    if forced is not None:
+        chosen = [n for n in known if n.name == forced]
+        if not chosen:
+            raise UsageError(
+                f"--builder {forced}: no such builder node",
+                fix=f"Known: {', '.join([LOCAL, *(n.name for n in known)])} (dockerarch builder ls).",
+            )
+    else:
+        chosen = [n for n in known if platform in n.platforms]
+    if not chosen:
+        return local
+    node = chosen[0]
+    why = answers(node)
+    if why is None:
+        return Route(builder=node.name, context=node.name, endpoint=node.endpoint, accel="native")
+    if fallback_qemu:
+        return Route(builder=LOCAL, context=None, endpoint=engine.docker_host(), accel="qemu",
+                     note=f"node '{node.name}' does not answer ({why}): building {platform} "
+                     "locally under QEMU (--fallback-qemu)")  # fmt: skip
+    raise EngineError(
+        f"Builder node '{node.name}' ({node.endpoint}), which builds {platform}, does not "
+        f"answer: {why}",
+        fix="Start it or check the network; pass --fallback-qemu to build locally under QEMU "
+        f"instead, or dockerarch builder rm {node.name}.",
+    )

@@ -1,0 +1,94 @@
+"""``dockerarch build``: the main job."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def build(
+    recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
+    arch: Annotated[
+        str | None, typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list: armv7,aarch64.")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="Board targets, e.g. rpi3 or rpi3,pynq-zu.")
+    ] = None,
+    version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
+    package: Annotated[
+        str | None,
+        typer.Option("--package", "-p", help="wheel recipe: 'NAME==VERSION', or a source directory."),
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where results land.")] = Path("dist"),
+    builder: Annotated[
+        str | None, typer.Option("--builder", help="Force a builder node ('local': this machine).")
+    ] = None,
+    fallback_qemu: Annotated[
+        bool, typer.Option("--fallback-qemu", help="Build locally when a native node does not answer.")
+    ] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Cold build: use no cached step.")] = False,
+    smoke: Annotated[
+        bool, typer.Option("--smoke/--no-smoke", help="Install and try the artifacts in the runtime image.")
+    ] = True,
+) -> None:
+    """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
+    from dockerarch import build as build_module
+    from dockerarch import engine
+    from dockerarch.recipes import parse_set
+    from dockerarch.render import plan
+
+    requests = plan(
+        recipe, arch=arch, target=target, version=version, package=package,
+        settings=parse_set(settings or []),
+    )  # fmt: skip
+    engine.daemon_info()  # fail early and clearly when no engine answers
+    options = build_module.BuildOptions(
+        out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
+        ca_bundle=build_module.host_ca_bundle(),
+    )  # fmt: skip
+    started = time.monotonic()
+    lock = threading.Lock()
+    width = max(len(r.target.name) for r in requests)
+
+    def progress(name: str, line: str) -> None:
+        elapsed = time.monotonic() - started
+        text = line if len(line) <= 110 else line[:107] + "..."
+        with lock:
+            typer.echo(f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {text}", err=True)
+
+    names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
+    typer.echo(f"building {requests[0].recipe.name} {requests[0].version} for {names}", err=True)
+    results = build_module.run_jobs(requests, options, progress)
+    failed = [r for r in results if r.error is not None]
+    for result in results:
+        if result.error is None:
+            for path in result.artifacts:
+                typer.echo(str(path))
+            typer.echo(f"{result.target}: verified in {result.seconds:.0f} s -> {result.directory}", err=True)
+    for result in failed:
+        error = result.error
+        assert error is not None
+        typer.echo("", err=True)
+        typer.echo(error.render(), err=True)
+        tail = getattr(error, "tail", None)
+        if tail:
+            typer.echo(f"  last {len(tail)} lines of that step:", err=True)
+            for line in tail:
+                typer.echo(f"    {line}", err=True)
+        if result.log is not None:
+            typer.echo(f"  full log: {result.log}", err=True)
+        if error.__cause__ is not None and "--debug" in sys.argv:
+            import traceback
+
+            traceback.print_exception(error.__cause__)
+    if failed:
+        raise typer.Exit(max(r.error.exit_code for r in failed if r.error))  # type: ignore[union-attr]
