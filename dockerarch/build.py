@@ -76,18 +76,21 @@ class StepTracker:
         self.failed: tuple[str, str] | None = None  # (step title, error)
 
     def feed(self, line: str) -> bool:
-        """Take one line; True when the current step changed."""
-        number = line.split(" ", 1)[0]
+        """Take one line; True when a step starts doing work (cached steps stay quiet)."""
+        number, _, rest = line.partition(" ")
         if number.startswith("#"):
             self.lines.setdefault(number, deque(maxlen=TAIL_LINES)).append(line)
         step = _STEP.match(line)
-        if step and number not in self.steps:
-            self.steps[number] = f"[{step.group('stage')}] {step.group('what')}"
-            self.current = self.steps[number]
-            return True
+        if step:
+            self.steps.setdefault(number, f"[{step.group('stage')}] {step.group('what')}")
+            return False
         error = _ERROR.match(line)
         if error and self.failed is None:
             self.failed = (self.steps.get(number, number), error.group("what"))
+        working = number in self.steps and not rest.startswith(("CACHED", "DONE", "ERROR"))
+        if working and self.steps[number] != self.current:
+            self.current = self.steps[number]
+            return True
         return False
 
     def failure_report(self) -> tuple[str, list[str]]:
@@ -177,11 +180,12 @@ class Job:
         image_tag = image_id = None
         smoke_output = None
         if self.options.smoke:
-            image_tag = f"dockerarch/{request.recipe.name}:{request.version}-{self.target.name}"
+            image_tag = f"dockerarch/{result_name(request).rsplit('-', 1)[0]}:{request.version}-{self.target.name}"
             image_tag = re.sub(r"[^a-z0-9_./:-]", "-", image_tag.lower())
             runtime = engine.BuildSpec(
                 context_dir=context, platform=self.target.platform, stage="runtime",
-                load_tag=image_tag, secrets=secrets, cache=self.options.cache,
+                # the cold build just ran: the runtime stage reuses its steps
+                load_tag=image_tag, secrets=secrets, cache=True,
                 node_context=route.context,
             )  # fmt: skip
             self._stream(runtime, log, "runtime")

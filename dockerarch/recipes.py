@@ -103,7 +103,7 @@ def local_package(path: Path) -> PackageSpec:
 
 
 def parse_package_spec(text: str) -> PackageSpec:
-    if text.startswith((".", "/", "~")) or Path(text).is_dir():
+    if text.startswith((".", "/", "~")):
         path = Path(text).expanduser()
         if not path.is_dir():
             raise UsageError(f"--package {text}: no such directory", fix="Check the path.")
@@ -114,7 +114,8 @@ def parse_package_spec(text: str) -> PackageSpec:
         raise UsageError(
             f"'{text}' is not a package spec dockerarch accepts",
             fix="Give a PyPI name with an optional version, like 'zstandard==0.23.0' or "
-            "'numpy>=1.26,<2' (no URLs, markers, quotes or shell characters).",
+            "'numpy>=1.26,<2' (no URLs, markers, quotes or shell characters), or a source "
+            "directory starting with ./ or /.",
         )
     specs = found.group("specs") or ""
     pinned = re.fullmatch(r"===?([A-Za-z0-9.+!_-]+)", specs)

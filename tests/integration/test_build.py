@@ -1,0 +1,265 @@
+"""`dockerarch build` for real: buildx under QEMU, verification, smoke tests, failure reports,
+and a native builder node (a second dockerd on its own socket standing in for an ARM machine).
+
+The demo build (zstandard 0.23.0 on armv7 and aarch64, under plain QEMU) takes about ten minutes
+on a 2-core machine the first time; BuildKit's cache makes later runs take seconds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, dockerarch
+
+CEXT = REPO / "tests" / "fixtures" / "cext"
+TARGETS = {"armv7": ("debian-armv7", "linux/arm/v7", "linux_armv7l", "armv7l"),
+           "aarch64": ("debian-aarch64", "linux/arm64", "linux_aarch64", "aarch64")}  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bases() -> None:
+    done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
+    assert done.returncode == 0, done.stderr
+
+
+def manifest(result: Path) -> dict[str, object]:
+    return json.loads((result / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("dist")
+    done = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch",
+                      "armv7,aarch64", "--out", str(out), timeout=5400)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+def test_demo_build_lands_verified_wheels(
+    arch: str, demo: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    out, done = demo
+    target, platform, tag, _ = TARGETS[arch]
+    result = out / target / "zstandard-0.23.0"
+    wheel = result / f"zstandard-0.23.0-cp311-cp311-{tag}.whl"
+    assert str(wheel) in done.stdout.splitlines()
+    data = manifest(result)
+    assert (data["recipe"], data["version"], data["target"], data["platform"]) == (
+        "wheel", "0.23.0", target, platform)  # fmt: skip
+    assert data["accel"] == "qemu" and data["builder"]["name"] == "local"  # type: ignore[index]
+    (artifact,) = data["artifacts"]  # type: ignore[misc]
+    assert artifact["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert artifact["elf_files"] >= 1
+    base_id = subprocess.run(["docker", "image", "inspect", f"dockerarch/base/{target}:bookworm",
+                              "--format", "{{.Id}}"], capture_output=True, text=True, check=True)  # fmt: skip
+    assert data["base"]["id"] == base_id.stdout.strip()  # type: ignore[index]
+    assert data["smoke"] == "imported zstandard"
+    assert "pip wheel" in (result / "build.log").read_text()
+    assert not [p for p in (out / target).iterdir() if p.name.startswith(".")], "temporary left"
+
+
+def test_unchanged_rebuild_runs_no_step(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, _ = demo
+    again = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch", "armv7",
+                       "--out", str(out), timeout=900)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = (out / "debian-armv7" / "zstandard-0.23.0" / "build.log").read_text()
+    steps = {line.split(" ", 1)[0] for line in log.splitlines() if " [build " in line}
+    cached = {line.split(" ", 1)[0] for line in log.splitlines() if line.endswith(" CACHED")}
+    assert steps and steps <= cached, "an unchanged rebuild re-ran a build step"
+
+
+@pytest.fixture(scope="module")
+def cext(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cext")
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
+                      "--out", str(out), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+def test_c_extension_builds_and_runs_on_both_arches(arch: str, cext: Path) -> None:
+    target, platform, tag, uname = TARGETS[arch]
+    result = cext / target / "dockerarch_tinyext-1.0.0"
+    assert (result / f"dockerarch_tinyext-1.0.0-cp311-cp311-{tag}.whl").is_file()
+    image = manifest(result)["image"]["tag"]  # type: ignore[index]
+    ran = subprocess.run(
+        ["docker", "run", "--rm", "--platform", platform, image, "python3", "-c",
+         "import tinyext; print(tinyext.machine(), tinyext.add(2, 3))"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    assert ran.stdout.split() == [uname, "5"]
+
+
+def test_verify_rejects_wrong_arch_and_too_new_glibc(cext: Path) -> None:
+    wheel = next((cext / "debian-aarch64").glob("*/*.whl"))
+    wrong = dockerarch("verify", str(wheel), "--arch", "armv7")
+    assert wrong.returncode == 7
+    assert "is tagged linux_aarch64, but target 'debian-armv7' needs linux_armv7l" in " ".join(wrong.stderr.split())
+    renamed = wheel.parent.parent / wheel.name.replace("linux_aarch64", "linux_armv7l")
+    shutil.copy(wheel, renamed)  # the tag lies: the ELF check still catches it
+    lying = dockerarch("verify", str(renamed), "--arch", "armv7")
+    assert lying.returncode == 7
+    assert "tinyext.cpython-311-aarch64-linux-gnu.so is aarch64 code, but target 'debian-armv7' is armv7" \
+        in " ".join(lying.stderr.split())  # fmt: skip
+    old = dockerarch("verify", str(wheel), "--target", "pynq-zu")  # Ubuntu 22.04: glibc 2.35
+    assert old.returncode == 7
+    assert "needs GLIBC_2.36, but target 'pynq-zu' ships GLIBC_2.35 at most" in " ".join(old.stderr.split())
+    assert "Traceback" not in wrong.stderr + lying.stderr + old.stderr
+    fine = dockerarch("verify", str(wheel), "--arch", "aarch64")
+    assert fine.returncode == 0 and "needs GLIBC_2.36" in fine.stdout
+
+
+BROKEN_RECIPE = """\
+description: A recipe that fails on demand, for the tests
+artifacts: [tarball]
+versions: {known: ["1.0"], default: "1.0"}
+options:
+  FAIL: {help: fail the build, default: "no", choices: ["no", "yes"]}
+smoke: ["cat /hello.txt"]
+"""
+BROKEN_TEMPLATE = """\
+{% extends "_partials/layout.Dockerfile.j2" %}
+{% block build_packages %}{% endblock %}
+{% block build %}
+RUN echo "compiling step one of {{ options.FAIL }}"; echo hello > /stage/hello.txt; \\
+    if [ "{{ options.FAIL }}" = yes ]; then echo "error: the compiler broke" >&2; exit 3; fi; \\
+    tar -czf /out/hello.tar.gz -C /stage hello.txt
+{% endblock %}
+"""
+
+
+def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Path) -> None:
+    (tmp_path / "contexts" / "broken").mkdir(parents=True)
+    (tmp_path / "contexts" / "broken" / "recipe.yaml").write_text(BROKEN_RECIPE)
+    (tmp_path / "dockerfiles").mkdir()
+    (tmp_path / "dockerfiles" / "broken.Dockerfile.j2").write_text(BROKEN_TEMPLATE)
+    good = dockerarch("build", "broken", "--arch", "armv7", "--out", "dist", cwd=tmp_path, timeout=900)
+    assert good.returncode == 0, good.stderr
+    result = tmp_path / "dist" / "debian-armv7" / "broken-1.0"
+    before = {p.name: p.read_bytes() for p in result.iterdir()}
+    assert "hello.tar.gz" in before and manifest(result)["smoke"] == "hello"
+
+    bad = dockerarch("build", "broken", "--arch", "armv7", "--out", "dist", "--set", "FAIL=yes",
+                     cwd=tmp_path, timeout=900)  # fmt: skip
+    assert bad.returncode == 6
+    text = " ".join(bad.stderr.split())
+    assert "error: debian-armv7: the build failed at [build " in text
+    assert "error: the compiler broke" in bad.stderr and "compiling step one of yes" in bad.stderr
+    log = tmp_path / "dist" / "debian-armv7" / "broken-1.0.failed.log"
+    assert f"full log: {log.relative_to(tmp_path)}" in bad.stderr or f"full log: {log}" in bad.stderr
+    assert "error: the compiler broke" in log.read_text()
+    assert {p.name: p.read_bytes() for p in result.iterdir()} == before
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["wheel", "--package", "zstandard==0.23.0", "--arch", "armv9"], "Unknown arch 'armv9'"),
+        (["wheal", "--arch", "armv7"], "Unknown recipe 'wheal'"),
+        (["wheel", "--package", "zstandard==0.23; rm -rf /", "--arch", "armv7"],
+         "is not a package spec dockerarch accepts"),
+        (["wheel", "--package", "./no/such/dir", "--arch", "armv7"], "no such directory"),
+        (["wheel", "--package", "zstandard", "--arch", "armv7", "--builder", "nowhere"],
+         "--builder nowhere: no such builder node"),
+    ],
+)  # fmt: skip
+def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
+    done = dockerarch("build", *args, "--out", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.fixture
+def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second dockerd on its own socket and data root: a native node's stand-in."""
+    root = Path("/var/lib/dockerarch/test-node")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    sock = root / "docker.sock"
+    log = (root / "dockerd.log").open("w")
+    daemon = subprocess.Popen(
+        ["dockerd", "--host", f"unix://{sock}", "--data-root", str(root / "data"),
+         "--exec-root", str(root / "exec"), "--pidfile", str(root / "dockerd.pid"),
+         "--bridge", "none", "--iptables=false", "--ip6tables=false"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "-H", f"unix://{sock}", "version"], capture_output=True,
+                             check=False).returncode != 0:  # fmt: skip
+            assert daemon.poll() is None, (root / "dockerd.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the second dockerd did not start"
+            time.sleep(0.5)
+        yield f"unix://{sock}"
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
+        log.close()
+        dockerarch("builder", "rm", "testnode")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_native_node_builds_its_platform(second_engine: str, tmp_path: Path) -> None:
+    added = dockerarch("builder", "add", "testnode", second_engine, "--platform", "linux/arm64")
+    assert added.returncode == 0, added.stderr
+    listed = dockerarch("builder", "ls")
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
+    assert "linux/arm64" in row and row.rstrip().endswith("ok")
+
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
+                      str(tmp_path), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
+    assert data["builder"] == {"name": "testnode", "endpoint": second_engine}
+    assert data["accel"] == "native"
+    on_node = subprocess.run(["docker", "-H", second_engine, "image", "ls", "--format",
+                              "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True)  # fmt: skip
+    assert "dockerarch/dockerarch_tinyext:1.0.0-debian-aarch64" in on_node.stdout.split()
+    assert "dockerarch/base/debian-aarch64:bookworm" in on_node.stdout.split()
+
+    # armv7 is not the node's platform: it still builds locally.
+    armv7 = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--out",
+                       str(tmp_path), "--no-smoke", timeout=3600)  # fmt: skip
+    assert armv7.returncode == 0, armv7.stderr[-3000:]
+    assert manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"] == "local"  # type: ignore[index]
+
+
+def test_a_node_that_does_not_answer_fails_unless_fallback(second_engine: str, tmp_path: Path) -> None:
+    added = dockerarch("builder", "add", "testnode", second_engine, "--platform", "linux/arm64")
+    assert added.returncode == 0, added.stderr
+    pid = int(Path("/var/lib/dockerarch/test-node/dockerd.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while Path(second_engine.removeprefix("unix://")).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    listed = dockerarch("builder", "ls")
+    assert "DOWN" in next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
+    down = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
+                      str(tmp_path))  # fmt: skip
+    assert down.returncode == 4
+    assert "Builder node 'testnode'" in down.stderr and "--fallback-qemu" in down.stderr
+    assert not (tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0").exists()
+    fallback = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
+                          str(tmp_path), "--fallback-qemu", "--no-smoke", timeout=3600)  # fmt: skip
+    assert fallback.returncode == 0, fallback.stderr[-3000:]
+    assert "does not answer" in fallback.stderr
+    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
+    assert data["builder"]["name"] == "local"  # type: ignore[index]
+    removed = dockerarch("builder", "rm", "testnode")
+    assert removed.returncode == 0
+    assert "testnode" not in dockerarch("builder", "ls").stdout

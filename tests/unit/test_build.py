@@ -1,0 +1,66 @@
+"""The parts of `dockerarch build` that need no engine: reading buildx's progress, naming
+results, local source packages, replacing a result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dockerarch import build
+from dockerarch.errors import UsageError
+from dockerarch.recipes import parse_package_spec
+
+LOG = """\
+#1 [internal] load build definition from Dockerfile
+#1 DONE 0.0s
+#5 [build 2/4] RUN apt-get update
+#5 CACHED
+#6 [build 3/4] RUN mkdir -p /out
+#6 0.112 made
+#6 DONE 0.3s
+#7 [build 4/4] RUN python3 -m pip wheel --wheel-dir /out /src/package
+#7 1.20 Processing /src/package
+#7 9.81 error: command 'arm-linux-gnueabihf-gcc' failed
+#7 ERROR: process "/bin/sh -c python3 -m pip wheel" did not complete successfully: exit code: 1
+"""
+
+
+def test_progress_follows_working_steps_and_finds_the_failing_one() -> None:
+    tracker = build.StepTracker()
+    announced = [tracker.current for line in LOG.splitlines() if tracker.feed(line)]
+    assert announced == ["[build 3/4] RUN mkdir -p /out",
+                         "[build 4/4] RUN python3 -m pip wheel --wheel-dir /out /src/package"]  # fmt: skip
+    step, tail = tracker.failure_report()
+    assert step == "[build 4/4] RUN python3 -m pip wheel --wheel-dir /out /src/package"
+    assert tail[-2] == "#7 9.81 error: command 'arm-linux-gnueabihf-gcc' failed"
+    assert all(line.startswith("#7 ") for line in tail)
+
+
+def test_a_local_source_tree_is_a_package(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny-ext"\nversion = "1.2"\n')
+    spec = parse_package_spec(str(tmp_path))
+    assert (spec.name, spec.version, spec.local, spec.dist_name) == ("tiny-ext", "1.2", tmp_path, "tiny_ext")
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "message"),
+    [(None, "without a pyproject.toml"), ('[project]\nname = "x"\ndynamic = ["version"]\n',
+      "must give \\[project\\] name and a static version"), ("[project", "is not valid TOML")],
+)  # fmt: skip
+def test_bad_local_sources_are_refused(pyproject: str | None, message: str, tmp_path: Path) -> None:
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    with pytest.raises(UsageError, match=message):
+        parse_package_spec(str(tmp_path))
+
+
+def test_a_new_result_replaces_the_old_one_whole(tmp_path: Path) -> None:
+    final, new = tmp_path / "zstandard-0.23.0", tmp_path / ".new"
+    final.mkdir()
+    (final / "old.whl").write_text("old")
+    new.mkdir()
+    (new / "new.whl").write_text("new")
+    build._replace_dir(new, final)
+    assert [p.name for p in final.iterdir()] == ["new.whl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zstandard-0.23.0"]
