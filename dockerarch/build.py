@@ -215,11 +215,22 @@ class Job:
         tag = self.target.base_image
         local = engine.image_labels(tag)
         if local is None:
-            raise UsageError(
-                f"Target '{self.target.name}' has no base image {tag} yet",
-                fix=f"Make it first: dockerarch base bootstrap --target {self.target.name} "
-                f"(or base import-img SDCARD --target {self.target.name}).",
-            )
+            from dockerarch import base
+
+            try:
+                request = base.make_request(self.target)
+                if request.tag != tag:
+                    raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
+            except UsageError as exc:
+                raise UsageError(
+                    f"Target '{self.target.name}' has no base image {tag} yet, and dockerarch "
+                    f"cannot bootstrap one unaided: {exc.problem}",
+                    fix=f"Make it first: dockerarch base bootstrap --target {self.target.name} "
+                    f"--mirror URI, or base import-img SDCARD --target {self.target.name}.",
+                ) from exc
+            self.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
+            made = base.bootstrap(request, progress=self.say)
+            local = (made.image_id, {})
         if route.context is not None:
             remote = engine.image_labels(tag, route.context)
             if remote is None or remote[0] != local[0]:
