@@ -142,6 +142,18 @@ def answers(node: Node) -> str | None:
     return None if version.server is not None else "no server version"
 
 
+def check_forced(forced: str, known: list[Node] | None = None) -> Node:
+    """The node ``--builder`` names, or a UsageError listing the known ones."""
+    known = nodes() if known is None else known
+    for node in known:
+        if node.name == forced:
+            return node
+    raise UsageError(
+        f"--builder {forced}: no such builder node",
+        fix=f"Known: {', '.join([LOCAL, *(n.name for n in known)])} (dockerarch builder ls).",
+    )
+
+
 def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
     """Where ``platform`` builds."""
     local = Route(builder=LOCAL, context=None, endpoint=engine.docker_host(), accel="qemu")
@@ -149,12 +161,7 @@ def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
     if forced == LOCAL:
         return local
     if forced is not None:
-        chosen = [n for n in known if n.name == forced]
-        if not chosen:
-            raise UsageError(
-                f"--builder {forced}: no such builder node",
-                fix=f"Known: {', '.join([LOCAL, *(n.name for n in known)])} (dockerarch builder ls).",
-            )
+        chosen = [check_forced(forced, known)]
     else:
         chosen = [n for n in known if platform in n.platforms]
     if not chosen:

@@ -51,6 +51,10 @@ def build(
         settings=parse_set(settings or []),
     )  # fmt: skip
     engine.daemon_info()  # fail early and clearly when no engine answers
+    if builder is not None and builder != "local":
+        from dockerarch.builders import check_forced
+
+        check_forced(builder)
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(),
