@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -140,11 +136,17 @@ RUN echo "compiling step one of {{ options.FAIL }}"; echo hello > /stage/hello.t
 """
 
 
+def offline_project(path: Path) -> Path:
+    """A project with its own recipe, `broken`: no network needed, fails with FAIL=yes."""
+    (path / "contexts" / "broken").mkdir(parents=True)
+    (path / "contexts" / "broken" / "recipe.yaml").write_text(BROKEN_RECIPE)
+    (path / "dockerfiles").mkdir()
+    (path / "dockerfiles" / "broken.Dockerfile.j2").write_text(BROKEN_TEMPLATE)
+    return path
+
+
 def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Path) -> None:
-    (tmp_path / "contexts" / "broken").mkdir(parents=True)
-    (tmp_path / "contexts" / "broken" / "recipe.yaml").write_text(BROKEN_RECIPE)
-    (tmp_path / "dockerfiles").mkdir()
-    (tmp_path / "dockerfiles" / "broken.Dockerfile.j2").write_text(BROKEN_TEMPLATE)
+    offline_project(tmp_path)
     good = dockerarch("build", "broken", "--arch", "armv7", "--out", "dist", cwd=tmp_path, timeout=900)
     assert good.returncode == 0, good.stderr
     result = tmp_path / "dist" / "debian-armv7" / "broken-1.0"
@@ -181,85 +183,3 @@ def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_pat
     assert done.returncode == 2, done.stderr
     assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())
-
-
-@pytest.fixture
-def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A second dockerd on its own socket and data root: a native node's stand-in."""
-    root = Path("/var/lib/dockerarch/test-node")
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    sock = root / "docker.sock"
-    log = (root / "dockerd.log").open("w")
-    daemon = subprocess.Popen(
-        ["dockerd", "--host", f"unix://{sock}", "--data-root", str(root / "data"),
-         "--exec-root", str(root / "exec"), "--pidfile", str(root / "dockerd.pid"),
-         "--bridge", "none", "--iptables=false", "--ip6tables=false"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["docker", "-H", f"unix://{sock}", "version"], capture_output=True,
-                             check=False).returncode != 0:  # fmt: skip
-            assert daemon.poll() is None, (root / "dockerd.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the second dockerd did not start"
-            time.sleep(0.5)
-        yield f"unix://{sock}"
-    finally:
-        if daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            daemon.wait(timeout=60)
-        log.close()
-        dockerarch("builder", "rm", "testnode")
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_native_node_builds_its_platform(second_engine: str, tmp_path: Path) -> None:
-    added = dockerarch("builder", "add", "testnode", second_engine, "--platform", "linux/arm64")
-    assert added.returncode == 0, added.stderr
-    listed = dockerarch("builder", "ls")
-    row = next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
-    assert "linux/arm64" in row and row.rstrip().endswith("ok")
-
-    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
-                      str(tmp_path), timeout=3600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
-    assert data["builder"] == {"name": "testnode", "endpoint": second_engine}
-    assert data["accel"] == "native"
-    on_node = subprocess.run(["docker", "-H", second_engine, "image", "ls", "--format",
-                              "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True)  # fmt: skip
-    assert "dockerarch/dockerarch_tinyext:1.0.0-debian-aarch64" in on_node.stdout.split()
-    assert "dockerarch/base/debian-aarch64:bookworm" in on_node.stdout.split()
-
-    # armv7 is not the node's platform: it still builds locally.
-    armv7 = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--out",
-                       str(tmp_path), "--no-smoke", timeout=3600)  # fmt: skip
-    assert armv7.returncode == 0, armv7.stderr[-3000:]
-    assert manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"] == "local"  # type: ignore[index]
-
-
-def test_a_node_that_does_not_answer_fails_unless_fallback(second_engine: str, tmp_path: Path) -> None:
-    added = dockerarch("builder", "add", "testnode", second_engine, "--platform", "linux/arm64")
-    assert added.returncode == 0, added.stderr
-    pid = int(Path("/var/lib/dockerarch/test-node/dockerd.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while Path(second_engine.removeprefix("unix://")).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    listed = dockerarch("builder", "ls")
-    assert "DOWN" in next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
-    down = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
-                      str(tmp_path))  # fmt: skip
-    assert down.returncode == 4
-    assert "Builder node 'testnode'" in down.stderr and "--fallback-qemu" in down.stderr
-    assert not (tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0").exists()
-    fallback = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--out",
-                          str(tmp_path), "--fallback-qemu", "--no-smoke", timeout=3600)  # fmt: skip
-    assert fallback.returncode == 0, fallback.stderr[-3000:]
-    assert "does not answer" in fallback.stderr
-    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
-    assert data["builder"]["name"] == "local"  # type: ignore[index]
-    removed = dockerarch("builder", "rm", "testnode")
-    assert removed.returncode == 0
-    assert "testnode" not in dockerarch("builder", "ls").stdout
