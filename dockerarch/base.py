@@ -32,6 +32,11 @@ DEFAULT_INCLUDE = ("ca-certificates",)
 STATE_DIR = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
 
 
+def _hash(inputs: dict[str, object]) -> str:
+    """The cache key of a base: a digest of every input that shaped it."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True, kw_only=True)
 class BaseRequest:
     target: BoardTarget
@@ -63,8 +68,7 @@ class BaseRequest:
         }
 
     def inputs_hash(self) -> str:
-        blob = json.dumps(self.inputs(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return _hash(self.inputs())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +151,12 @@ def _check_inputs(
             )
 
 
-def _cached_result(tag: str, inputs_hash: str, push_to: str | None, started: float) -> BaseResult | None:
+def _cached_result(
+    tag: str, inputs_hash: str, *, refresh: bool, push_to: str | None, started: float
+) -> BaseResult | None:
+    """The image already made from the same inputs (pushed again if asked), unless refresh."""
+    if refresh:
+        return None
     image = engine.image_labels(tag)
     if image is None or image[1].get(f"{LABEL_PREFIX}.inputs") != inputs_hash:
         return None
@@ -183,10 +192,10 @@ def bootstrap(
     progress: Progress = lambda line: None,
 ) -> BaseResult:
     started = time.monotonic()
-    if not refresh:
-        cached = _cached_result(request.tag, request.inputs_hash(), push_to, started)
-        if cached is not None:
-            return cached
+    cached = _cached_result(request.tag, request.inputs_hash(), refresh=refresh, push_to=push_to,
+                            started=started)  # fmt: skip
+    if cached is not None:
+        return cached
     epoch = request.source_date_epoch
     if epoch is None:
         epoch = release_epoch(request)
@@ -235,7 +244,7 @@ class ImageImport:
         }
 
     def inputs_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.inputs(), sort_keys=True).encode()).hexdigest()
+        return _hash(self.inputs())
 
 
 _TAG = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
@@ -267,10 +276,10 @@ def import_image(
     progress: Progress = lambda line: None,
 ) -> BaseResult:
     started = time.monotonic()
-    if not refresh:
-        cached = _cached_result(request.tag, request.inputs_hash(), push_to, started)
-        if cached is not None:
-            return cached
+    cached = _cached_result(request.tag, request.inputs_hash(), refresh=refresh, push_to=push_to,
+                            started=started)  # fmt: skip
+    if cached is not None:
+        return cached
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sdcard-", dir=STATE_DIR) as tmp:
         work = Path(tmp)

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from dockerarch import __version__, artifacts, builders, engine, paths
 from dockerarch.errors import DockerarchError, EngineError, UsageError
@@ -108,7 +109,6 @@ class Job:
         self.options = options
         self.progress = progress
         self.final = options.out / self.target.name / result_name(request)
-        self.log_handle: object = None
 
     def say(self, line: str) -> None:
         self.progress(self.target.name, line)
@@ -140,10 +140,7 @@ class Job:
             result.seconds = time.monotonic() - started
         return result
 
-    def _build(self, work: Path, landing: Path, log: object, started: float) -> None:
-        import io
-
-        assert isinstance(log, io.TextIOBase)
+    def _build(self, work: Path, landing: Path, log: TextIO, started: float) -> None:
         request = self.request
         route = builders.route(self.target.platform, forced=self.options.builder,
                                fallback_qemu=self.options.fallback_qemu)  # fmt: skip
@@ -238,27 +235,27 @@ class Job:
                 engine.copy_image(tag, route.context)
         return local[0]
 
-    def _stream(self, spec: engine.BuildSpec, log: object, what: str) -> None:
+    def _stream(self, spec: engine.BuildSpec, log: TextIO, what: str) -> None:
         tracker = StepTracker()
         started = time.monotonic()
         last_said = started
-        log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")  # type: ignore[attr-defined]
+        log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
         try:
             for chunk in engine.build_lines(spec):
                 for line in chunk.splitlines():
-                    log.write(line + "\n")  # type: ignore[attr-defined]
+                    log.write(line + "\n")
                     changed = tracker.feed(line)
                     now = time.monotonic()
                     if changed or now - last_said > 30:
                         self.say(f"{what} {tracker.current}")
                         last_said = now
         except engine.BuildFailed as exc:
-            log.flush()  # type: ignore[attr-defined]
+            log.flush()
             title, tail = tracker.failure_report()
             raise BuildStepFailed(self.target.name, title, tail) from exc
 
     def _smoke(self, image: str, route: builders.Route, reports: list[artifacts.ArtifactReport],
-               log: object) -> str:  # fmt: skip
+               log: TextIO) -> str:  # fmt: skip
         command = " && ".join(self.request.recipe.smoke)
         if not command:
             modules = sorted({m for r in reports for m in r.top_level})
@@ -267,7 +264,7 @@ class Job:
             command = f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
         self.say(f"smoke test: {command}")
         code, output = engine.run_in_image(image, self.target.platform, command, route.context)
-        log.write(f"### smoke test: {command}\n{output}\n")  # type: ignore[attr-defined]
+        log.write(f"### smoke test: {command}\n{output}\n")
         if code != 0:
             raise SmokeFailed(
                 f"{self.target.name}: the smoke test failed in {image} (exit code {code}): "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections import deque
@@ -45,6 +46,17 @@ def which(program: str, *, hint: str) -> str:
     return found
 
 
+def _prepare(
+    args: Sequence[str], env: Mapping[str, str] | None, hint: str
+) -> tuple[list[str], dict[str, str] | None]:
+    """The argv with the program's absolute path (or a ToolMissingError), shown as ``+ cmd``
+    with --debug, and the environment with ``env`` added."""
+    argv = [which(args[0], hint=hint), *args[1:]]
+    if _debug:
+        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
+    return argv, None if env is None else {**os.environ, **env}
+
+
 def run(
     args: Sequence[str],
     *,
@@ -58,10 +70,7 @@ def run(
 
     With ``check`` a non-zero exit raises CommandFailedError carrying the output's tail.
     """
-    argv = [which(args[0], hint=hint), *args[1:]]
-    if _debug:
-        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
-    full_env = None if env is None else {**os.environ, **env}
+    argv, full_env = _prepare(args, env, hint)
     try:
         proc = subprocess.run(
             argv,
@@ -97,19 +106,18 @@ def stream(
     on_line: Callable[[str], None],
     env: Mapping[str, str] | None = None,
     keep: int = 200,
+    new_session: bool = False,
     hint: str = "Install it, or run scripts/setup-host, which installs everything dockerarch needs.",
 ) -> Completed:
     """Run ``args``, handing each line of its output (stdout and stderr merged) to ``on_line``
-    as it comes, for live progress. Raises CommandFailedError with the last lines on failure;
-    the child is killed if we are interrupted."""
-    argv = [which(args[0], hint=hint), *args[1:]]
-    if _debug:
-        print("+ " + shlex.join(args), file=sys.stderr, flush=True)
-    full_env = None if env is None else {**os.environ, **env}
+    as it comes, for live progress. Raises CommandFailedError with the last lines on failure.
+    If we are interrupted the child is killed, with its whole process group when it runs in a
+    ``new_session`` (there a terminal's Ctrl-C reaches only us, and we clean up in order)."""
+    argv, full_env = _prepare(args, env, hint)
     tail: deque[str] = deque(maxlen=keep)
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-        errors="replace", bufsize=1,
+        errors="replace", bufsize=1, start_new_session=new_session,
     ) as child:  # fmt: skip
         try:
             assert child.stdout is not None
@@ -119,7 +127,10 @@ def stream(
                 on_line(line)
             child.wait()
         except BaseException:
-            child.kill()
+            if new_session:
+                os.killpg(child.pid, signal.SIGKILL)
+            else:
+                child.kill()
             child.wait()
             raise
     output = "\n".join(tail)

@@ -22,9 +22,6 @@ import json
 import lzma
 import os
 import shlex
-import signal
-import subprocess
-import sys
 import time
 import zipfile
 import zlib
@@ -94,8 +91,6 @@ def _corrupt(path: Path, why: str) -> UsageError:
 def raw_image(path: Path, workdir: Path, progress: Progress) -> Iterator[Path]:
     """The raw disk image behind ``path``: the file itself, or a sparse copy decompressed into
     ``workdir`` (zip, xz and gzip are recognised by their magic bytes, not their names)."""
-    if not path.is_file():
-        raise UsageError(f"{path} does not exist or is not a file", fix="Check the path.")
     with path.open("rb") as handle:
         magic = handle.read(6)
     opener: Callable[[], BinaryIO] | None = None
@@ -242,31 +237,23 @@ def archive_partition(image: Path, part: Partition, out: Path, original: Path) -
         f"tar --create --file={shlex.quote(str(out))} {' '.join(TAR_XATTRS)} --sparse "
         f"--exclude=./lost+found -C {shlex.quote(str(mountpoint))} ."
     )
-    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
-    if process.debug_enabled():
-        print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
     before = _loop_devices(image)
-    # A session of its own: a Ctrl-C meant for us does not race our own clean-up of the child.
-    child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
     try:
-        output, _ = child.communicate()
-    except BaseException:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        raise
-    finally:
-        _wait_loop_devices_gone(image, before)
-    if child.returncode != 0:
-        tail = " / ".join(output.strip().splitlines()[-4:])
+        process.stream(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            on_line=lambda line: None, keep=20, new_session=True,
+        )  # fmt: skip
+    except CommandFailedError as exc:
         out.unlink(missing_ok=True)
+        tail = " / ".join(exc.output.strip().splitlines()[-4:])
         if "mount" in tail or "superblock" in tail:
-            raise _corrupt(original, f"partition {part.number} ({part.fstype}) does not mount: {tail}")
+            raise _corrupt(original, f"partition {part.number} ({part.fstype}) does not mount: {tail}") from exc
         raise CommandFailedError(
             f"Reading partition {part.number} of {original} failed: {tail}",
             fix="Check the image is intact; run with --debug to see the command.",
-        )
+        ) from exc
+    finally:
+        _wait_loop_devices_gone(image, before)
 
 
 def _loop_devices(image: Path) -> set[str]:

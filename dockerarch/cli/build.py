@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ def build(
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
     from dockerarch import build as build_module
-    from dockerarch import engine
+    from dockerarch import engine, process
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
 
@@ -90,7 +89,7 @@ def build(
                 typer.echo(f"    {line}", err=True)
         if result.log is not None:
             typer.echo(f"  full log: {result.log}", err=True)
-        if error.__cause__ is not None and "--debug" in sys.argv:
+        if error.__cause__ is not None and process.debug_enabled():
             import traceback
 
             traceback.print_exception(error.__cause__)
