@@ -103,8 +103,10 @@ class StepTracker:
 
 
 class Job:
-    def __init__(self, request: RenderRequest, options: BuildOptions, progress: Progress) -> None:
+    def __init__(self, request: RenderRequest, options: BuildOptions, progress: Progress,
+                 route: builders.Route) -> None:  # fmt: skip
         self.request = request
+        self.route = route
         self.target = request.target
         self.options = options
         self.progress = progress
@@ -141,9 +143,7 @@ class Job:
         return result
 
     def _build(self, work: Path, landing: Path, log: TextIO, started: float) -> None:
-        request = self.request
-        route = builders.route(self.target.platform, forced=self.options.builder,
-                               fallback_qemu=self.options.fallback_qemu)  # fmt: skip
+        request, route = self.request, self.route
         if route.note:
             self.say(route.note)
         self.say(f"building on {route.builder} ({route.accel}, {route.endpoint})")
@@ -319,10 +319,13 @@ def _replace_dir(new: Path, final: Path) -> None:
 def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Progress) -> list[JobResult]:
     """Build every target concurrently (buildx and BuildKit share the machine)."""
     results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
+    # Every route first: a node that does not answer stops the run before anything is built or written.
+    routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
+              for r in requests]  # fmt: skip
 
     def work(index: int, request: RenderRequest) -> None:
         try:
-            results[index] = Job(request, options, progress).run()
+            results[index] = Job(request, options, progress, routes[index]).run()
         except DockerarchError as exc:
             results[index].error = exc
         except Exception as exc:  # noqa: BLE001 - reported with the others, not as a thread traceback

@@ -1,5 +1,6 @@
 """`dockerarch build` for real: buildx under QEMU, verification, smoke tests, failure reports,
-and a native builder node (a second dockerd on its own socket standing in for an ARM machine).
+and a native builder node (a second dockerd in its own network namespace, standing in for an
+ARM machine).
 
 The demo build (zstandard 0.23.0 on armv7 and aarch64, under plain QEMU) takes about ten minutes
 on a 2-core machine the first time; BuildKit's cache makes later runs take seconds."""
@@ -10,11 +11,13 @@ import hashlib
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .conftest import REPO, dockerarch
+from .standin_node import standin_node, stop
 
 CEXT = REPO / "tests" / "fixtures" / "cext"
 TARGETS = {"armv7": ("debian-armv7", "linux/arm/v7", "linux_armv7l", "armv7l"),
@@ -183,3 +186,66 @@ def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_pat
     assert done.returncode == 2, done.stderr
     assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.fixture
+def node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A second dockerd in its own network namespace, registered as builder node `testnode`."""
+    with standin_node() as (endpoint, daemon):
+        added = dockerarch("builder", "add", "testnode", endpoint, "--platform", "linux/arm64")
+        assert added.returncode == 0, added.stderr
+        try:
+            yield endpoint, daemon
+        finally:
+            dockerarch("builder", "rm", "testnode")
+
+
+def images_on(endpoint: str) -> list[str]:
+    listed = subprocess.run(["docker", "-H", endpoint, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    return listed.stdout.split()
+
+
+def test_native_node_builds_its_platform(node: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    endpoint, _ = node
+    listed = dockerarch("builder", "ls")
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
+    assert "linux/arm64" in row and endpoint in row and row.rstrip().endswith("ok")
+
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64,armv7", "--out",
+                      str(tmp_path), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
+    assert data["builder"] == {"name": "testnode", "endpoint": endpoint}
+    assert data["accel"] == "native" and data["smoke"] == "imported tinyext"
+    # The base was copied there, and the build and its runtime image exist only there.
+    on_node = images_on(endpoint)
+    assert "dockerarch/base/debian-aarch64:bookworm" in on_node
+    assert "dockerarch/dockerarch_tinyext:1.0.0-debian-aarch64" in on_node
+    assert "dockerarch/base/debian-armv7:bookworm" not in on_node
+    # armv7 is not the node's platform: it built locally, in the same run.
+    assert manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"] == "local"  # type: ignore[index]
+
+
+def test_a_node_that_does_not_answer_fails_unless_fallback(
+    node: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    _, daemon = node
+    stop(daemon)
+    listed = dockerarch("builder", "ls")
+    assert "DOWN" in next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
+    offline_project(tmp_path)
+    down = dockerarch("build", "broken", "--arch", "aarch64", "--out", "dist", cwd=tmp_path)
+    assert down.returncode == 4, down.stderr
+    text = " ".join(down.stderr.split())
+    assert "Builder node 'testnode'" in text and "--fallback-qemu" in text and "Traceback" not in text
+    assert not (tmp_path / "dist").exists()
+    fallback = dockerarch("build", "broken", "--arch", "aarch64", "--out", "dist", "--fallback-qemu",
+                          cwd=tmp_path, timeout=900)  # fmt: skip
+    assert fallback.returncode == 0, fallback.stderr[-3000:]
+    assert "does not answer" in fallback.stderr
+    data = manifest(tmp_path / "dist" / "debian-aarch64" / "broken-1.0")
+    assert data["builder"]["name"] == "local" and data["accel"] != "native"  # type: ignore[index]
+    removed = dockerarch("builder", "rm", "testnode")
+    assert removed.returncode == 0
+    assert "testnode" not in dockerarch("builder", "ls").stdout

@@ -1,0 +1,102 @@
+"""A second Docker engine standing in for a native ARM builder node.
+
+It runs in a network namespace of its own, joined to the host by a veth pair and NATed out, so it
+gets its own docker0 bridge for RUN steps. Sharing the host's network namespace does not work: a
+second dockerd there either cannot make a bridge (`--bridge none` then fails every RUN step with
+"network bridge not found") or deletes the main daemon's docker0 when it starts or stops.
+The namespace is entered with nsenter, not `ip netns exec`, which remounts /sys and so hides the
+cgroup hierarchy dockerd needs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+NETNS = "dxnode"
+HOST_IF, NODE_IF = "dxn-host", "dxn-node"
+HOST_IP, NODE_IP, SUBNET = "10.213.7.1", "10.213.7.2", "10.213.7.0/30"
+ROOT = Path("/var/lib/dockerarch/test-node")
+
+# iptables rules added on the host, removed again with -D. DOCKER-USER is the chain Docker leaves
+# to its users; the main dockerd's FORWARD policy is DROP.
+RULES = [
+    ["-I", "DOCKER-USER", "-i", HOST_IF, "-j", "ACCEPT"],
+    ["-I", "DOCKER-USER", "-o", HOST_IF, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+    ["-t", "nat", "-I", "POSTROUTING", "-s", SUBNET, "!", "-o", HOST_IF, "-j", "MASQUERADE"],
+]  # fmt: skip
+
+
+def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60)
+
+
+def _undo_rule(rule: list[str]) -> None:
+    deleted = [("-D" if arg == "-I" else arg) for arg in rule]
+    while _sh("iptables", *deleted, check=False).returncode == 0:
+        pass
+
+
+def _teardown_network() -> None:
+    for rule in RULES:
+        _undo_rule(rule)
+    _sh("ip", "netns", "del", NETNS, check=False)  # takes the veth pair with it
+    _sh("ip", "link", "del", HOST_IF, check=False)
+
+
+def _network() -> None:
+    _teardown_network()  # whatever an interrupted earlier run left
+    _sh("ip", "netns", "add", NETNS)
+    _sh("ip", "link", "add", HOST_IF, "type", "veth", "peer", "name", NODE_IF)
+    _sh("ip", "link", "set", NODE_IF, "netns", NETNS)
+    _sh("ip", "addr", "add", f"{HOST_IP}/30", "dev", HOST_IF)
+    _sh("ip", "link", "set", HOST_IF, "up")
+    _sh("ip", "-n", NETNS, "addr", "add", f"{NODE_IP}/30", "dev", NODE_IF)
+    _sh("ip", "-n", NETNS, "link", "set", NODE_IF, "up")
+    _sh("ip", "-n", NETNS, "link", "set", "lo", "up")
+    _sh("ip", "-n", NETNS, "route", "add", "default", "via", HOST_IP)
+    for rule in RULES:
+        _sh("iptables", *rule)
+
+
+def stop(daemon: subprocess.Popen[bytes]) -> None:
+    if daemon.poll() is None:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(timeout=30)
+
+
+@contextmanager
+def standin_node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Yield (endpoint, daemon process) of a fresh dockerd on its own socket and data root."""
+    shutil.rmtree(ROOT, ignore_errors=True)
+    ROOT.mkdir(parents=True)
+    sock = ROOT / "docker.sock"
+    _network()
+    with (ROOT / "dockerd.log").open("w") as log:
+        daemon = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{NETNS}", "dockerd", "--host", f"unix://{sock}",
+             "--data-root", str(ROOT / "data"), "--exec-root", str(ROOT / "exec"),
+             "--pidfile", str(ROOT / "dockerd.pid")],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while _sh("docker", "-H", f"unix://{sock}", "version", check=False).returncode != 0:
+                if daemon.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the stand-in dockerd did not start:\n"
+                                         + (ROOT / "dockerd.log").read_text()[-2000:])  # fmt: skip
+                time.sleep(0.5)
+            yield f"unix://{sock}", daemon
+        finally:
+            stop(daemon)
+            _teardown_network()
+            shutil.rmtree(ROOT, ignore_errors=True)
