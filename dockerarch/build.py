@@ -8,6 +8,7 @@ leaves an earlier good result untouched; its log is kept beside it for reading.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from dockerarch import __version__, artifacts, builders, engine, paths
+from dockerarch import __version__, accel, artifacts, builders, engine, paths
 from dockerarch.errors import DockerarchError, EngineError, UsageError
 from dockerarch.render import RenderRequest, render
 
@@ -41,6 +42,7 @@ class BuildOptions:
     cache: bool = True
     smoke: bool = True
     ca_bundle: str | None = None
+    accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
 
 
 @dataclass(kw_only=True)
@@ -104,9 +106,10 @@ class StepTracker:
 
 class Job:
     def __init__(self, request: RenderRequest, options: BuildOptions, progress: Progress,
-                 route: builders.Route) -> None:  # fmt: skip
-        self.request = request
+                 route: builders.Route, decision: accel.Decision) -> None:  # fmt: skip
+        self.request = dataclasses.replace(request, toolchain=decision.toolchain)
         self.route = route
+        self.decision = decision
         self.target = request.target
         self.options = options
         self.progress = progress
@@ -146,8 +149,10 @@ class Job:
         request, route = self.request, self.route
         if route.note:
             self.say(route.note)
-        self.say(f"building on {route.builder} ({route.accel}, {route.endpoint})")
+        self.say(f"building on {route.builder} ({self.decision.accel}, {route.endpoint})")
         base_id = self._ensure_base(route)
+        if request.toolchain is not None:
+            self._ensure_local_base(request.toolchain.base_target, request.toolchain.base_image)
         context = work / "context"
         _prepare_context(request, context)
         secrets = (f"id=ca-bundle,src={self.options.ca_bundle}",) if self.options.ca_bundle else ()
@@ -200,7 +205,8 @@ class Job:
             "image": {"tag": image_tag, "id": image_id},
             "artifacts": [r.as_dict() for r in reports],
             "builder": {"name": route.builder, "endpoint": route.endpoint},
-            "accel": route.accel,
+            "accel": self.decision.accel,
+            "hybrid": self._hybrid_report(log) if request.toolchain else None,
             "smoke": smoke_output,
             "seconds": round(time.monotonic() - started, 1),
             "dockerarch": __version__,
@@ -208,32 +214,47 @@ class Job:
         }
         (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
+    def _hybrid_report(self, log: TextIO) -> dict[str, int] | None:
+        log.flush()
+        counts = accel.parse_report(Path(log.name).read_text(errors="replace"))
+        if counts is not None:
+            self.say(f"hybrid: {counts['compiles']} compiles ran natively (x86-64), "
+                     f"{counts['emulated']} under QEMU")  # fmt: skip
+        return counts
+
+    def _ensure_local_base(self, name: str, tag: str) -> str:
+        """The id of the local engine's base image ``tag`` of target ``name``, bootstrapped
+        first when missing and dockerarch can."""
+        from dockerarch import base
+        from dockerarch.targets import load_targets
+
+        local = engine.image_labels(tag)
+        if local is not None:
+            return local[0]
+        target = load_targets()[name]
+        try:
+            request = base.make_request(target)
+            if request.tag != tag:
+                raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
+        except UsageError as exc:
+            raise UsageError(
+                f"Target '{name}' has no base image {tag} yet, and dockerarch cannot bootstrap "
+                f"one unaided: {exc.problem}",
+                fix=f"Make it first: dockerarch base bootstrap --target {name} --mirror URI, "
+                f"or base import-img SDCARD --target {name}.",
+            ) from exc
+        self.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
+        return base.bootstrap(request, progress=self.say).image_id
+
     def _ensure_base(self, route: builders.Route) -> str:
         tag = self.target.base_image
-        local = engine.image_labels(tag)
-        if local is None:
-            from dockerarch import base
-
-            try:
-                request = base.make_request(self.target)
-                if request.tag != tag:
-                    raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
-            except UsageError as exc:
-                raise UsageError(
-                    f"Target '{self.target.name}' has no base image {tag} yet, and dockerarch "
-                    f"cannot bootstrap one unaided: {exc.problem}",
-                    fix=f"Make it first: dockerarch base bootstrap --target {self.target.name} "
-                    f"--mirror URI, or base import-img SDCARD --target {self.target.name}.",
-                ) from exc
-            self.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
-            made = base.bootstrap(request, progress=self.say)
-            local = (made.image_id, {})
+        local = self._ensure_local_base(self.target.name, tag)
         if route.context is not None:
             remote = engine.image_labels(tag, route.context)
-            if remote is None or remote[0] != local[0]:
+            if remote is None or remote[0] != local:
                 self.say(f"copying the base {tag} to node {route.builder}")
                 engine.copy_image(tag, route.context)
-        return local[0]
+        return local
 
     def _stream(self, spec: engine.BuildSpec, log: TextIO, what: str) -> None:
         tracker = StepTracker()
@@ -297,6 +318,8 @@ def _prepare_context(request: RenderRequest, context: Path) -> None:
     if request.package is not None and request.package.local is not None:
         ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv")
         shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
+    if request.toolchain is not None:
+        accel.prepare_context(context)
     (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
 
 
@@ -316,16 +339,42 @@ def _replace_dir(new: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def plan_accel(requests: list[RenderRequest], routes: list[builders.Route], mode: str) -> list[accel.Decision]:
+    """Hybrid, plain QEMU or native for each request (asks the host's apt which cross compilers
+    Debian has, once per package)."""
+    from dockerarch.targets import load_targets
+
+    toolchain_base = load_targets()[accel.TOOLCHAIN_TARGET]
+    known: dict[tuple[str, str], bool] = {}
+
+    def available(package: str, suite: str) -> bool:
+        if (package, suite) not in known:
+            known[package, suite] = accel.host_apt_has(package, suite)
+        return known[package, suite]
+
+    return [
+        accel.decide(
+            r.target, r.recipe, requested=mode, route_accel=route.accel,
+            toolchain_base=toolchain_base, cross_available=available,
+        )
+        for r, route in zip(requests, routes, strict=True)
+    ]
+
+
 def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Progress) -> list[JobResult]:
     """Build every target concurrently (buildx and BuildKit share the machine)."""
     results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
     # Every route first: a node that does not answer stops the run before anything is built or written.
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
+    decisions = plan_accel(requests, routes, options.accel)
+    for request, decision in zip(requests, decisions, strict=True):
+        if decision.note:
+            progress(request.target.name, decision.note)
 
     def work(index: int, request: RenderRequest) -> None:
         try:
-            results[index] = Job(request, options, progress, routes[index]).run()
+            results[index] = Job(request, options, progress, routes[index], decisions[index]).run()
         except DockerarchError as exc:
             results[index].error = exc
         except Exception as exc:  # noqa: BLE001 - reported with the others, not as a thread traceback

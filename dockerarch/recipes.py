@@ -141,6 +141,7 @@ class Recipe:
     arches: tuple[str, ...]
     targets: tuple[str, ...] = ()  # empty: every target of the arches
     source: Path = field(default=Path())
+    no_hybrid: str | None = None  # why this recipe must compile with the emulated ARM compiler
 
     def supports(self, target: BoardTarget) -> bool:
         if target.arch.name not in self.arches:
@@ -202,7 +203,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
-    "apt", "runtime_apt", "smoke", "arches", "targets",
+    "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid",
 )  # fmt: skip
 
 
@@ -212,6 +213,17 @@ def _strings(value: Any, where: str, source: Path) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
         raise ConfigError(f"'{where}' in {source} must be a list of strings")
     return tuple(str(v) for v in value)
+
+
+def _reason(value: Any, source: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            f"'no_hybrid' in {source} must say, in a sentence, why the recipe needs the emulated "
+            "ARM compiler"
+        )
+    return value.strip()
 
 
 def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Recipe:
@@ -294,6 +306,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         arches=arches,
         targets=_strings(top.get("targets"), "targets", source),
         source=source,
+        no_hybrid=_reason(top.get("no_hybrid"), source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

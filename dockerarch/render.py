@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dockerarch import __version__
+from dockerarch.accel import Toolchain, build_stage_apt
 from dockerarch.errors import ConfigError, DockerarchError, UsageError
 from dockerarch.recipes import SAFE_VALUE, PackageSpec, Recipe
 from dockerarch.targets import BoardTarget
@@ -35,6 +36,7 @@ class RenderRequest:
     version: str
     options: Mapping[str, str]
     package: PackageSpec | None = None
+    toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
 
 
 def _finalize(value: Any) -> Any:
@@ -89,6 +91,7 @@ def _environment(search_path: tuple[Path, ...]) -> SandboxedEnvironment:
         lstrip_blocks=True,
     )
     env.filters["version_tuple"] = _version_tuple
+    env.filters["hybrid_apt"] = build_stage_apt
     return env
 
 
@@ -136,6 +139,7 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
             if request.package
             else None
         ),
+        "toolchain": request.toolchain.template_vars() if request.toolchain else None,
     }
     try:
         template = env.get_template(recipe.template.name)

@@ -38,13 +38,23 @@ def build(
     smoke: Annotated[
         bool, typer.Option("--smoke/--no-smoke", help="Install and try the artifacts in the runtime image.")
     ] = True,
+    accel: Annotated[
+        str,
+        typer.Option(
+            "--accel",
+            help="Under QEMU: 'hybrid' compiles with native x86-64 cross compilers (several times "
+            "faster), 'none' emulates everything. Native nodes build natively either way.",
+        ),
+    ] = "hybrid",
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
+    from dockerarch import accel as accel_module
     from dockerarch import build as build_module
     from dockerarch import engine, process
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
 
+    accel_module.check_mode(accel)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
         settings=parse_set(settings or []),
@@ -56,7 +66,7 @@ def build(
         check_forced(builder)
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
-        ca_bundle=build_module.host_ca_bundle(),
+        ca_bundle=build_module.host_ca_bundle(), accel=accel,
     )  # fmt: skip
     started = time.monotonic()
     lock = threading.Lock()

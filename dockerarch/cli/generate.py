@@ -27,14 +27,19 @@ def generate(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
+    accel: Annotated[
+        str, typer.Option("--accel", help="'hybrid' (native cross compilers, build's default) or 'none'.")
+    ] = "hybrid",
 ) -> None:
     """Render the Dockerfile for RECIPE and one target."""
+    from dockerarch import accel as accel_module
     from dockerarch import paths
     from dockerarch.errors import UsageError
     from dockerarch.files import write_atomic
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan, render
 
+    accel_module.check_mode(accel)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
         settings=parse_set(settings or []),
@@ -44,7 +49,7 @@ def generate(
             "generate renders one Dockerfile: give one arch or one target",
             fix="Run it once per target, e.g. --target debian-armv7, then --target debian-aarch64.",
         )
-    text = render(requests[0], paths.template_dirs())
+    text = render(accel_module.for_generate(requests[0], accel), paths.template_dirs())
     if output is None:
         typer.echo(text, nl=False)
     else:

@@ -1,0 +1,180 @@
+"""Hybrid builds: the emulated ARM userland compiles with native x86-64 cross compilers.
+
+Under plain QEMU every compiler process is emulated, 8-10x slower than native. A hybrid build
+adds an amd64 stage that installs Debian's cross gcc, g++ and binutils for the target's triplet
+(gcc major = the target's, so libstdc++ symbol versions match the board) and ccache, collects
+them with the x86-64 libraries they load (data/toolchain/collect-toolchain) and copies that tree
+into the emulated build stage. The kernel runs x86-64 programs natively inside the ARM container;
+Python, pip, meson, cmake and make stay emulated. Debian's Python records CC=<triplet>-gcc in its
+sysconfig, and CC/CXX point there too, so setuptools, meson, cmake and make all find it.
+
+What runs there is dockerarch-cc (data/toolchain/dockerarch-cc.c): an x86-64 driver that logs
+every invocation with the machine it ran on, then execs ccache and the cross compiler. Its report
+at the end of the build stage ("N compiler runs, N native x86_64, 0 emulated") is the proof that
+the compiles did not run under QEMU; the manifest keeps the counts.
+
+Nothing of this reaches the artifacts (FROM scratch, only /out) or the runtime image (the base).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dockerarch.errors import UsageError
+from dockerarch.recipes import Recipe
+from dockerarch.targets import BoardTarget
+
+if TYPE_CHECKING:
+    from dockerarch.render import RenderRequest
+
+MODES = ("hybrid", "none")
+TOOLCHAIN_TARGET = "debian-amd64"  # the base of the toolchain stage
+DATA = Path(__file__).parent / "data" / "toolchain"
+CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
+LOG = "/var/log/dockerarch-toolchain.log"
+_REPORT = re.compile(
+    r"dockerarch hybrid: (?P<runs>\d+) compiler runs \((?P<compiles>\d+) compiles\), "
+    r"(?P<native>\d+) native x86_64, (?P<emulated>\d+) emulated"
+)
+# ARM packages a hybrid build stage must not install: the grafted toolchain takes their place
+# (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
+# a build still needs: the C library's development files and make.
+_COMPILER_PACKAGES = re.compile(r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$")
+REPLACEMENTS = ("libc6-dev", "make")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """What the hybrid stage of one target's build installs and grafts."""
+
+    triplet: str
+    gcc: int
+    debian_arch: str
+    base_image: str  # the amd64 base the toolchain stage starts from
+    base_target: str
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc)."""
+        return (f"gcc-{self.gcc}-{self.triplet}", f"g++-{self.gcc}-{self.triplet}",
+                f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev")  # fmt: skip
+
+    def template_vars(self) -> dict[str, object]:
+        return {
+            "triplet": self.triplet,
+            "gcc": self.gcc,
+            "debian_arch": self.debian_arch,
+            "base_image": self.base_image,
+            "base_target": self.base_target,
+            "packages": list(self.packages),
+            "context": CONTEXT_DIR,
+            "log": LOG,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """How one target builds: accel is 'hybrid', 'qemu' (plain emulation) or 'native'."""
+
+    accel: str
+    toolchain: Toolchain | None = None
+    note: str = ""  # said once when hybrid was asked for but cannot apply
+
+
+def build_stage_apt(packages: Iterable[str]) -> list[str]:
+    """A build stage's apt packages in hybrid mode: no ARM compiler, its useful parts kept."""
+    kept = [p for p in packages if not _COMPILER_PACKAGES.match(p)]
+    return kept + [p for p in REPLACEMENTS if p not in kept]
+
+
+def decide(
+    target: BoardTarget,
+    recipe: Recipe,
+    *,
+    requested: str,
+    route_accel: str,
+    toolchain_base: BoardTarget,
+    cross_available: Callable[[str, str], bool],
+) -> Decision:
+    """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``."""
+    if route_accel == "native":
+        return Decision(accel="native")
+    if requested == "none":
+        return Decision(accel="qemu")
+    if recipe.no_hybrid:
+        return Decision(
+            accel="qemu",
+            note=f"recipe '{recipe.name}' compiles with the emulated ARM compiler "
+            f"({recipe.no_hybrid}): building under plain QEMU",
+        )
+    toolchain = Toolchain(
+        triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
+        base_image=toolchain_base.base_image, base_target=toolchain_base.name,
+    )  # fmt: skip
+    missing = [p for p in toolchain.packages[:3] if not cross_available(p, toolchain_base.suite)]
+    if missing:
+        return Decision(
+            accel="qemu",
+            note=f"no hybrid build for {target.name}: Debian {toolchain_base.suite} has no "
+            f"{', '.join(missing)} (gcc {target.gcc} is the target's compiler): building under "
+            "plain QEMU, several times slower",
+        )
+    return Decision(accel="hybrid", toolchain=toolchain)
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise UsageError(f"--accel {mode} is not a mode dockerarch knows", fix=f"Use one of: {', '.join(MODES)}.")
+    return mode
+
+
+def for_generate(request: RenderRequest, mode: str) -> RenderRequest:
+    """The request as a local build under QEMU would render it. Whether Debian has the cross
+    packages is not asked here (generate starts no process); build asks, and falls back."""
+    from dockerarch.targets import load_targets
+
+    decision = decide(
+        request.target, request.recipe, requested=mode, route_accel="qemu",
+        toolchain_base=load_targets()[TOOLCHAIN_TARGET], cross_available=lambda _p, _s: True,
+    )  # fmt: skip
+    return dataclasses.replace(request, toolchain=decision.toolchain)
+
+
+def madison_has(output: str, suite: str) -> bool:
+    """Whether `apt-cache madison` output lists a version from ``suite`` (or its updates)."""
+    for line in output.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) >= 3 and re.search(rf"\s{re.escape(suite)}(-updates|-security)?/", " " + fields[2]):
+            return True
+    return False
+
+
+def host_apt_has(package: str, suite: str) -> bool:
+    """Whether the host's apt knows ``package`` in ``suite``: the toolchain stage's base is
+    bootstrapped from the host's mirror, so the host's package lists tell what it can install.
+    Without apt-cache, assume yes: the toolchain stage's apt then says what is missing."""
+    apt_cache = shutil.which("apt-cache")
+    if apt_cache is None:
+        return True
+    done = subprocess.run([apt_cache, "madison", package], capture_output=True, text=True, check=False)
+    return madison_has(done.stdout, suite)
+
+
+def prepare_context(context: Path) -> None:
+    """Put the toolchain stage's files into a build context."""
+    shutil.copytree(DATA, context / CONTEXT_DIR)
+
+
+def parse_report(log_text: str) -> dict[str, int] | None:
+    """The counts of dockerarch-cc's report in a build log (the last one), or None."""
+    found = None
+    for match in _REPORT.finditer(log_text):
+        found = {key: int(value) for key, value in match.groupdict().items()}
+    return found
