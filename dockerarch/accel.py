@@ -59,6 +59,7 @@ class Toolchain:
     debian_arch: str
     base_image: str  # the amd64 base the toolchain stage starts from
     base_target: str
+    ccache: bool = True
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -76,6 +77,7 @@ class Toolchain:
             "packages": list(self.packages),
             "context": CONTEXT_DIR,
             "log": LOG,
+            "ccache": self.ccache,
         }
 
 
@@ -102,6 +104,7 @@ def decide(
     route_accel: str,
     toolchain_base: BoardTarget,
     cross_available: Callable[[str, str], bool],
+    ccache: bool = True,
 ) -> Decision:
     """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``."""
     if route_accel == "native":
@@ -116,7 +119,7 @@ def decide(
         )
     toolchain = Toolchain(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
-        base_image=toolchain_base.base_image, base_target=toolchain_base.name,
+        base_image=toolchain_base.base_image, base_target=toolchain_base.name, ccache=ccache,
     )  # fmt: skip
     missing = [p for p in toolchain.packages[:3] if not cross_available(p, toolchain_base.suite)]
     if missing:

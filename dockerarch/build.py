@@ -43,6 +43,7 @@ class BuildOptions:
     smoke: bool = True
     ca_bundle: str | None = None
     accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
+    ccache: bool = True  # hybrid builds' compiler cache
 
 
 @dataclass(kw_only=True)
@@ -339,7 +340,9 @@ def _replace_dir(new: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def plan_accel(requests: list[RenderRequest], routes: list[builders.Route], mode: str) -> list[accel.Decision]:
+def plan_accel(
+    requests: list[RenderRequest], routes: list[builders.Route], mode: str, *, ccache: bool = True
+) -> list[accel.Decision]:
     """Hybrid, plain QEMU or native for each request (asks the host's apt which cross compilers
     Debian has, once per package)."""
     from dockerarch.targets import load_targets
@@ -355,7 +358,7 @@ def plan_accel(requests: list[RenderRequest], routes: list[builders.Route], mode
     return [
         accel.decide(
             r.target, r.recipe, requested=mode, route_accel=route.accel,
-            toolchain_base=toolchain_base, cross_available=available,
+            toolchain_base=toolchain_base, cross_available=available, ccache=ccache,
         )
         for r, route in zip(requests, routes, strict=True)
     ]
@@ -367,7 +370,7 @@ def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Pro
     # Every route first: a node that does not answer stops the run before anything is built or written.
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
-    decisions = plan_accel(requests, routes, options.accel)
+    decisions = plan_accel(requests, routes, options.accel, ccache=options.ccache)
     for request, decision in zip(requests, decisions, strict=True):
         if decision.note:
             progress(request.target.name, decision.note)

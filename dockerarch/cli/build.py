@@ -46,6 +46,9 @@ def build(
             "faster), 'none' emulates everything. Native nodes build natively either way.",
         ),
     ] = "hybrid",
+    ccache: Annotated[
+        bool, typer.Option("--ccache/--no-ccache", help="Hybrid builds: keep a compiler cache (ccache).")
+    ] = True,
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
     from dockerarch import accel as accel_module
@@ -66,7 +69,7 @@ def build(
         check_forced(builder)
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
-        ca_bundle=build_module.host_ca_bundle(), accel=accel,
+        ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
     )  # fmt: skip
     started = time.monotonic()
     lock = threading.Lock()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch import paths
+from dockerarch import accel, paths
 from dockerarch.recipes import load_recipes
 from dockerarch.render import plan, render
 from dockerarch.targets import load_targets
@@ -23,12 +23,13 @@ COMBINATIONS = [
 ]
 
 
-def _render(recipe: str, target: str, **kw: object) -> str:
+def _render(recipe: str, target: str, mode: str = "hybrid", **kw: object) -> str:
+    """As `dockerarch generate` renders it (hybrid unless mode='none')."""
     package = "zstandard==0.23.0" if recipe == "wheel" else None
     args: dict = {"arch": None, "target": target, "version": None, "package": package, "settings": {}}
     args.update(kw)
     (request,) = plan(recipe, **args)
-    return render(request, paths.template_dirs())
+    return render(accel.for_generate(request, mode), paths.template_dirs())
 
 
 def _stages(text: str) -> list[tuple[str, str]]:
@@ -37,7 +38,7 @@ def _stages(text: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
 def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None:
-    text = _render(recipe, target)
+    text = _render(recipe, target, "none")
     board = TARGETS[target]
     stages = _stages(text)
     names = [name for _, name in stages]
@@ -48,6 +49,36 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
     assert board.cpu_flags in text
     assert "{{" not in text and "{%" not in text
     assert "ca-bundle" in text  # the host's CA reaches every step that downloads
+    assert text == _render(recipe, target, "none")  # same input, same bytes
+    assert "toolchain" not in text and "ccache" not in text
+
+
+@pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
+def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str, target: str) -> None:
+    text = _render(recipe, target)
+    board = TARGETS[target]
+    head, build = text.split(f"FROM {board.base_image} AS build\n")
+    build, rest = build.split("FROM scratch AS artifacts\n")
+    artifacts, runtime = rest.split(f"FROM {board.base_image} AS runtime\n")
+    # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
+    assert "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS toolchain\n" in head
+    for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
+                    f"binutils-{board.triplet}", "ccache"):  # fmt: skip
+        assert f"        {package} \\\n" in head or f"        {package}\n" in head
+    assert f"collect-toolchain {board.triplet} {board.gcc} {board.debian_arch} /toolchain" in head
+    # The build stage installs no ARM compiler, grafts the native one before anything compiles,
+    # compiles with ccache and ends with the report of where the compilers ran.
+    packages = re.findall(r"^ {8}(\S+)", build.split("COPY --from=toolchain", 1)[0], flags=re.MULTILINE)
+    assert "build-essential" not in packages and "gcc" not in packages and "g++" not in packages
+    assert {"libc6-dev", "make"} <= set(packages)
+    graft = build.index("COPY --from=toolchain /toolchain/ /")
+    assert graft < build.index("RUN mkdir -p /out")
+    assert f"CC={board.triplet}-gcc" in build and f"CXX={board.triplet}-g++" in build
+    assert f"id=dockerarch-ccache-{board.name}" in build[graft:]
+    assert build.rstrip().endswith("RUN dockerarch-cc --report")
+    # Nothing of it in the artifacts or the runtime image.
+    assert artifacts.strip() == "COPY --from=build /out/ /"
+    assert not re.search(r"toolchain|ccache|dockerarch-cc|x86", runtime)
     assert text == _render(recipe, target)  # same input, same bytes
 
 
@@ -58,17 +89,19 @@ def test_every_required_combination_is_covered() -> None:
 
 
 @pytest.mark.parametrize(
-    ("golden", "recipe", "target"),
+    ("golden", "recipe", "target", "mode"),
     [
-        ("wheel-zstandard-debian-armv7", "wheel", "debian-armv7"),
-        ("torch-2.3.1-pynq-zu", "torch", "pynq-zu"),
-        ("vaccel-0.6.1-pynq-z1", "vaccel", "pynq-z1"),
-        ("qpulib-master-rpi3", "qpulib", "rpi3"),
+        ("wheel-zstandard-debian-armv7", "wheel", "debian-armv7", "none"),
+        ("wheel-zstandard-debian-armv7-hybrid", "wheel", "debian-armv7", "hybrid"),
+        ("torch-2.3.1-pynq-zu", "torch", "pynq-zu", "none"),
+        ("vaccel-0.6.1-pynq-z1", "vaccel", "pynq-z1", "none"),
+        ("vaccel-0.6.1-pynq-z1-hybrid", "vaccel", "pynq-z1", "hybrid"),
+        ("qpulib-master-rpi3", "qpulib", "rpi3", "none"),
     ],
 )
-def test_golden(golden: str, recipe: str, target: str) -> None:
+def test_golden(golden: str, recipe: str, target: str, mode: str) -> None:
     path = GOLDEN / f"{golden}.Dockerfile"
-    text = _render(recipe, target)
+    text = _render(recipe, target, mode)
     if UPDATE:
         path.write_text(text)
     assert text == path.read_text(), f"{path} differs; DOCKERARCH_UPDATE_GOLDEN=1 rewrites it"
@@ -88,6 +121,8 @@ def test_options_and_versions_change_the_output() -> None:
 def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys)
     assert code == 0 and out == _render("wheel", "debian-armv7")
+    code, out, _ = run(["generate", "wheel", "-a", "armv7", "-p", "zstandard==0.23.0", "--accel", "none"], capsys)
+    assert code == 0 and out == _render("wheel", "debian-armv7", "none")
     target = tmp_path / "Dockerfile"
     code, out, _err = run(["generate", "numpy", "-t", "rpi3", "-o", str(target)], capsys)
     assert code == 0 and out == "" and target.read_text() == _render("numpy", "rpi3")
@@ -116,6 +151,7 @@ def test_failed_generate_leaves_the_old_file(tmp_path: Path, capsys: pytest.Capt
         (["generate", "qpulib", "--target", "pynq-zu"], 2, "does not build for target 'pynq-zu'"),
         (["generate", "torch"], 2, "exactly one of --arch and --target"),
         (["targets", "show", "pynq"], 2, "Unknown target 'pynq'"),
+        (["generate", "torch", "--arch", "armv7", "--accel", "turbo"], 2, "--accel turbo is not a mode"),
     ],
 )
 def test_bad_input(argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:

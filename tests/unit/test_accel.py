@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dockerarch import accel
+from dockerarch.recipes import load_recipes
+from dockerarch.targets import load_targets
+
+TARGETS = load_targets()
+RECIPES = load_recipes()
+AMD64 = TARGETS["debian-amd64"]
+
+
+def _decide(target: str, *, recipe: str = "wheel", requested: str = "hybrid", route: str = "qemu",
+            available: bool = True) -> accel.Decision:  # fmt: skip
+    return accel.decide(
+        TARGETS[target], RECIPES[recipe], requested=requested, route_accel=route,
+        toolchain_base=AMD64, cross_available=lambda _package, _suite: available,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target", "triplet", "gcc", "debian_arch"),
+    [
+        ("debian-armv7", "arm-linux-gnueabihf", 12, "armhf"),
+        ("debian-aarch64", "aarch64-linux-gnu", 12, "arm64"),
+        ("rpi3", "arm-linux-gnueabihf", 12, "armhf"),
+        ("pynq-zu", "aarch64-linux-gnu", 11, "arm64"),  # Ubuntu 22.04 ships gcc 11: so does its toolchain
+        ("pynq-z1", "arm-linux-gnueabihf", 11, "armhf"),
+    ],
+)
+def test_hybrid_toolchain_matches_the_targets_triplet_and_gcc(
+    target: str, triplet: str, gcc: int, debian_arch: str
+) -> None:
+    decision = _decide(target)
+    assert decision.accel == "hybrid" and not decision.note
+    toolchain = decision.toolchain
+    assert toolchain is not None
+    assert (toolchain.triplet, toolchain.gcc, toolchain.debian_arch) == (triplet, gcc, debian_arch)
+    assert toolchain.packages[:3] == (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"binutils-{triplet}")
+    assert toolchain.base_image == AMD64.base_image
+
+
+def test_native_nodes_and_plain_mode_graft_nothing() -> None:
+    assert _decide("debian-aarch64", route="native") == accel.Decision(accel="native")
+    assert _decide("debian-aarch64", requested="none") == accel.Decision(accel="qemu")
+
+
+def test_a_missing_cross_compiler_falls_back_to_plain_qemu_saying_why() -> None:
+    decision = _decide("pynq-zu", available=False)
+    assert decision.accel == "qemu" and decision.toolchain is None
+    assert "Debian bookworm has no gcc-11-aarch64-linux-gnu" in decision.note
+    assert "plain QEMU" in decision.note
+
+
+def test_a_recipe_that_needs_the_arm_compiler_builds_plain() -> None:
+    recipe = dataclasses.replace(RECIPES["qpulib"], no_hybrid="its Makefile calls /usr/bin/arm-linux-gnueabihf-gcc-12 -v and parses it")
+    decision = accel.decide(TARGETS["rpi3"], recipe, requested="hybrid", route_accel="qemu",
+                            toolchain_base=AMD64, cross_available=lambda _p, _s: True)  # fmt: skip
+    assert decision.accel == "qemu" and decision.toolchain is None
+    assert "recipe 'qpulib' compiles with the emulated ARM compiler (its Makefile calls" in decision.note
+
+
+def test_build_stage_packages_drop_the_arm_compiler_and_keep_what_it_brought() -> None:
+    assert accel.build_stage_apt(["build-essential", "python3-dev", "g++", "gcc-12", "cmake"]) == [
+        "python3-dev", "cmake", "libc6-dev", "make"]  # fmt: skip
+    assert accel.build_stage_apt(["make", "libc6-dev", "libgcc-12-dev", "gcc-doc-base"]) == [
+        "make", "libc6-dev", "libgcc-12-dev", "gcc-doc-base"]  # fmt: skip
+
+
+MADISON = """\
+gcc-12-aarch64-linux-gnu | 12.2.0-14cross1 | http://mirror.example.invalid/debian bookworm/main amd64 Packages
+ccache | 4.8+really4.7.5-1 | http://mirror.example.invalid/debian bookworm-updates/main amd64 Packages
+ python3 | 3.12.6-1 | http://mirror.example.invalid/debian trixie/main amd64 Packages
+"""
+
+
+@pytest.mark.parametrize(("suite", "found"), [("bookworm", True), ("trixie", True), ("bullseye", False)])
+def test_madison_output_is_read_per_suite(suite: str, found: bool) -> None:
+    assert accel.madison_has(MADISON, suite) is found
+    assert accel.madison_has("", suite) is False
+    assert accel.madison_has(MADISON.splitlines()[2], "bookworm") is False  # trixie only
+
+
+def test_the_toolchain_report_is_read_from_the_build_log() -> None:
+    log = (
+        "#21 [build 7/7] RUN dockerarch-cc --report\n"
+        "#21 0.162 dockerarch hybrid: 2 compiler runs (1 compiles), 2 native x86_64, 0 emulated\n"
+        "#21 DONE 0.2s\n"
+        "#33 0.100 dockerarch hybrid: 40 compiler runs (31 compiles), 40 native x86_64, 0 emulated\n"
+    )
+    assert accel.parse_report(log) == {"runs": 40, "compiles": 31, "native": 40, "emulated": 0}
+    assert accel.parse_report("no report here") is None
+
+
+def test_unknown_mode_is_a_usage_error() -> None:
+    with pytest.raises(accel.UsageError, match="--accel fast is not a mode"):
+        accel.check_mode("fast")
