@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def test_demo_build_lands_verified_wheels(
     data = manifest(result)
     assert (data["recipe"], data["version"], data["target"], data["platform"]) == (
         "wheel", "0.23.0", target, platform)  # fmt: skip
-    assert data["accel"] == "qemu" and data["builder"]["name"] == "local"  # type: ignore[index]
+    assert data["accel"] == "hybrid" and data["builder"]["name"] == "local"  # type: ignore[index]
+    hybrid = data["hybrid"]
+    assert hybrid["compiles"] >= 1 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]  # type: ignore[index]
     (artifact,) = data["artifacts"]  # type: ignore[misc]
     assert artifact["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert artifact["elf_files"] >= 1
@@ -87,18 +90,70 @@ def cext(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+TRY_CEXT = """
+import tinyext, tinyxx
+print(tinyext.machine(), tinyext.add(2, 3), tinyxx.joined(["b", "c", "a"]), tinyxx.square(7))
+try:
+    tinyxx.square(-2)
+except ValueError as exc:
+    print("caught", exc)
+"""
+
+
+def run_cext(image: str, platform: str) -> list[str]:
+    ran = subprocess.run(["docker", "run", "--rm", "--platform", platform, image, "python3", "-c", TRY_CEXT],
+                         capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    return ran.stdout.split()
+
+
 @pytest.mark.parametrize("arch", sorted(TARGETS))
-def test_c_extension_builds_and_runs_on_both_arches(arch: str, cext: Path) -> None:
+def test_c_and_cxx_extensions_build_hybrid_and_run_on_both_arches(arch: str, cext: Path) -> None:
     target, platform, tag, uname = TARGETS[arch]
     result = cext / target / "dockerarch_tinyext-1.0.0"
     assert (result / f"dockerarch_tinyext-1.0.0-cp311-cp311-{tag}.whl").is_file()
+    data = manifest(result)
+    assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyxx"
+    (artifact,) = data["artifacts"]  # type: ignore[misc]
+    assert artifact["elf_files"] == 2 and artifact["needs_glibcxx"]  # the C++ module needs libstdc++
+    # The C++ module runs on the target, exceptions and all.
+    assert run_cext(data["image"]["tag"], platform) == [uname, "5", "a,b,c", "49", "caught", "negative:", "-2"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: Path) -> None:
+    target, platform, _, _ = TARGETS[arch]
+    result = cext / target / "dockerarch_tinyext-1.0.0"
+    # dockerarch-cc, an x86-64 program, logged each compiler run with the machine it ran on.
+    hybrid = manifest(result)["hybrid"]
+    assert hybrid["compiles"] >= 2, hybrid  # type: ignore[index]  # tinyext.c and tinyxx.cpp
+    assert hybrid["native"] == hybrid["runs"] and hybrid["emulated"] == 0  # type: ignore[index]
+    log = (result / "build.log").read_text()
+    assert "dockerarch hybrid: " in log and " 0 emulated" in log
+    # The runtime image is the base plus the wheel: no toolchain, no x86-64 loader.
     image = manifest(result)["image"]["tag"]  # type: ignore[index]
-    ran = subprocess.run(
-        ["docker", "run", "--rm", "--platform", platform, image, "python3", "-c",
-         "import tinyext; print(tinyext.machine(), tinyext.add(2, 3))"],
+    left = subprocess.run(
+        ["docker", "run", "--rm", "--platform", platform, image, "sh", "-c",
+         ("ls -d /usr/lib/dockerarch /usr/lib64/ld-linux-x86-64.so.2 /usr/lib/x86_64-linux-gnu "
+          "/usr/bin/*-linux-gnu*-gcc-* /var/log/dockerarch-toolchain.log 2>/dev/null; true")],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
-    assert ran.stdout.split() == [uname, "5"]
+    assert left.stdout.split() == []
+
+
+def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -> None:
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--accel", "none",
+                      "--out", str(tmp_path), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0"
+    data = manifest(result)
+    assert data["accel"] == "qemu" and data["hybrid"] is None
+    assert data["smoke"] == "imported tinyext tinyxx"
+    assert "dockerarch hybrid" not in (result / "build.log").read_text()
+    assert run_cext(data["image"]["tag"], "linux/arm64")[1:] == ["5", "a,b,c", "49", "caught", "negative:", "-2"]  # type: ignore[index]
+    (plain,) = result.glob("*.whl")
+    (hybrid,) = (cext / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl")
+    with zipfile.ZipFile(plain) as a, zipfile.ZipFile(hybrid) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
 
 
 def test_verify_rejects_wrong_arch_and_too_new_glibc(cext: Path) -> None:
@@ -167,6 +222,28 @@ def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Pa
     assert "error: the compiler broke" in log.read_text()
     assert {p.name: p.read_bytes() for p in result.iterdir()} == before
     assert "Traceback" not in bad.stderr
+
+
+OLD_GCC_TARGET = """\
+targets:
+  oldgcc:
+    extends: debian-aarch64
+    description: a board whose gcc 9 Debian bookworm has no cross compiler for
+    gcc: 9
+    base_image: dockerarch/base/debian-aarch64:bookworm
+"""
+
+
+def test_hybrid_that_cannot_apply_says_so_once_and_emulates(tmp_path: Path) -> None:
+    offline_project(tmp_path)
+    (tmp_path / "targets.yaml").write_text(OLD_GCC_TARGET)
+    done = dockerarch("build", "broken", "--target", "oldgcc", "--out", "dist", cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = " ".join(done.stderr.split())
+    note = "no hybrid build for oldgcc: Debian bookworm has no gcc-9-aarch64-linux-gnu, g++-9-aarch64-linux-gnu"
+    assert text.count(note) == 1, done.stderr
+    assert "building under plain QEMU" in text
+    assert manifest(tmp_path / "dist" / "oldgcc" / "broken-1.0")["accel"] == "qemu"
 
 
 @pytest.mark.parametrize(
