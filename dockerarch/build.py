@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import threading
@@ -278,7 +279,7 @@ class Job:
 
     def _smoke(self, image: str, route: builders.Route, reports: list[artifacts.ArtifactReport],
                log: TextIO) -> str:  # fmt: skip
-        command = " && ".join(self.request.recipe.smoke)
+        command = shlex.join(self.request.recipe.smoke)  # the recipe gives an argv
         if not command:
             modules = sorted({m for r in reports for m in r.top_level})
             if not modules:

@@ -181,7 +181,7 @@ artifacts: [tarball]
 versions: {known: ["1.0"], default: "1.0"}
 options:
   FAIL: {help: fail the build, default: "no", choices: ["no", "yes"]}
-smoke: ["cat /hello.txt"]
+smoke: [cat, /hello.txt]
 """
 BROKEN_TEMPLATE = """\
 {% extends "_partials/layout.Dockerfile.j2" %}
@@ -222,6 +222,21 @@ def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Pa
     assert "error: the compiler broke" in log.read_text()
     assert {p.name: p.read_bytes() for p in result.iterdir()} == before
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+def test_make_and_cmake_builds_compile_natively(arch: str, tmp_path: Path) -> None:
+    target, _, _, uname = TARGETS[arch]
+    project = REPO / "tests" / "fixtures" / "toolsproject"
+    done = dockerarch("build", "tools", "--arch", arch, "--out", str(tmp_path), cwd=project, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = manifest(tmp_path / target / "tools-1.0")
+    assert data["accel"] == "hybrid" and data["smoke"] == f"hello from cmake on {uname}, sum 55"
+    hybrid = data["hybrid"]
+    # make's hello.c, cmake's compiler checks and hello.cpp: all through the native driver.
+    assert hybrid["compiles"] >= 2 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]  # type: ignore[index]
+    (artifact,) = data["artifacts"]  # type: ignore[misc]
+    assert artifact["elf_files"] == 2  # both programs verified as the target's code
 
 
 OLD_GCC_TARGET = """\
