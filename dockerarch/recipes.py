@@ -80,24 +80,33 @@ class PackageSpec:
 
 
 def local_package(path: Path) -> PackageSpec:
-    """A source tree with a pyproject.toml whose [project] names a static version."""
+    """A source tree: its name and version from pyproject.toml's [project] (static values), or
+    from PKG-INFO, which every unpacked sdist has (setup.py-only projects among them)."""
     import tomllib
+    from email.parser import HeaderParser
 
-    pyproject = path / "pyproject.toml"
-    if not pyproject.is_file():
+    pyproject, pkg_info = path / "pyproject.toml", path / "PKG-INFO"
+    if not pyproject.is_file() and not (path / "setup.py").is_file():
         raise UsageError(
-            f"{path} is a directory without a pyproject.toml",
+            f"{path} is a directory without a pyproject.toml or setup.py",
             fix="Point --package at a Python project's source tree, or give a PyPI spec.",
         )
-    try:
-        project = tomllib.loads(pyproject.read_text()).get("project", {})
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{pyproject} is not valid TOML: {exc}", fix="Fix the file.") from exc
+    project: dict[str, Any] = {}
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text()).get("project", {})
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{pyproject} is not valid TOML: {exc}", fix="Fix the file.") from exc
     name, version = project.get("name"), project.get("version")
+    if not (isinstance(name, str) and isinstance(version, str)) and pkg_info.is_file():
+        headers = HeaderParser().parsestr(pkg_info.read_text(errors="replace"))
+        name, version = headers.get("Name"), headers.get("Version")
     if not isinstance(name, str) or not isinstance(version, str) or not _PACKAGE_SPEC.match(name):
         raise UsageError(
-            f"{pyproject} must give [project] name and a static version",
-            fix="dockerarch names the result NAME-VERSION; write both in [project].",
+            f"{path} names no static version: neither pyproject.toml's [project] nor a PKG-INFO "
+            "gives name and version",
+            fix="dockerarch names the result NAME-VERSION; write both in [project] of "
+            "pyproject.toml (or build from an unpacked sdist, which has PKG-INFO).",
         )
     return PackageSpec(spec=name, name=name, version=version, local=path.resolve())
 

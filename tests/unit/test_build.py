@@ -43,10 +43,18 @@ def test_a_local_source_tree_is_a_package(tmp_path: Path) -> None:
     assert (spec.name, spec.version, spec.local, spec.dist_name) == ("tiny-ext", "1.2", tmp_path, "tiny_ext")
 
 
+def test_an_unpacked_setup_py_sdist_is_named_by_its_pkg_info(tmp_path: Path) -> None:
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
+    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: zstandard\nVersion: 0.23.0\n\nlong text\n")
+    spec = parse_package_spec(str(tmp_path))
+    assert (spec.name, spec.version, spec.local) == ("zstandard", "0.23.0", tmp_path)
+
+
 @pytest.mark.parametrize(
     ("pyproject", "message"),
-    [(None, "without a pyproject.toml"), ('[project]\nname = "x"\ndynamic = ["version"]\n',
-      "must give \\[project\\] name and a static version"), ("[project", "is not valid TOML")],
+    [(None, "without a pyproject.toml or setup.py"), ('[project]\nname = "x"\ndynamic = ["version"]\n',
+      "names no static version"), ("[project", "is not valid TOML")],
 )  # fmt: skip
 def test_bad_local_sources_are_refused(pyproject: str | None, message: str, tmp_path: Path) -> None:
     if pyproject is not None:
