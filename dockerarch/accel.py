@@ -106,7 +106,8 @@ def decide(
     cross_available: Callable[[str, str], bool],
     ccache: bool = True,
 ) -> Decision:
-    """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``."""
+    """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``.
+    Hybrid applies to recipes whose apt packages bring a compiler (build-essential, gcc, g++)."""
     if route_accel == "native":
         return Decision(accel="native")
     if requested == "none":
@@ -117,6 +118,8 @@ def decide(
             note=f"recipe '{recipe.name}' compiles with the emulated ARM compiler "
             f"({recipe.no_hybrid}): building under plain QEMU",
         )
+    if not any(_COMPILER_PACKAGES.match(p) for p in recipe.apt):
+        return Decision(accel="qemu")  # the recipe asks for no compiler: nothing to graft
     toolchain = Toolchain(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
         base_image=toolchain_base.base_image, base_target=toolchain_base.name, ccache=ccache,

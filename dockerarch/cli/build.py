@@ -77,7 +77,9 @@ def build(
 
     def progress(name: str, line: str) -> None:
         elapsed = time.monotonic() - started
-        text = line if len(line) <= 110 else line[:107] + "..."
+        # buildx step titles can be whole shell scripts: one line of them is enough
+        long_step = line.startswith(("artifacts ", "runtime ")) and len(line) > 110
+        text = line[:107] + "..." if long_step else line
         with lock:
             typer.echo(f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {text}", err=True)
 

@@ -63,6 +63,13 @@ def test_a_recipe_that_needs_the_arm_compiler_builds_plain() -> None:
     assert "recipe 'qpulib' compiles with the emulated ARM compiler (its Makefile calls" in decision.note
 
 
+def test_a_recipe_without_a_compiler_has_nothing_to_graft() -> None:
+    recipe = dataclasses.replace(RECIPES["wheel"], apt=("python3", "ca-certificates"))
+    decision = accel.decide(TARGETS["debian-armv7"], recipe, requested="hybrid", route_accel="qemu",
+                            toolchain_base=AMD64, cross_available=lambda _p, _s: True)  # fmt: skip
+    assert decision == accel.Decision(accel="qemu")
+
+
 def test_build_stage_packages_drop_the_arm_compiler_and_keep_what_it_brought() -> None:
     assert accel.build_stage_apt(["build-essential", "python3-dev", "g++", "gcc-12", "cmake"]) == [
         "python3-dev", "cmake", "libc6-dev", "make"]  # fmt: skip
