@@ -263,13 +263,15 @@ def test_interrupted_import_leaves_no_loop_device_or_mount(
     images: dict[str, Path], project: Path, unchanged_host: None
 ) -> None:
     image = images["mbr.img"]
+    earlier = set(sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split())
     child = subprocess.Popen(
         [sys.executable, "-m", "dockerarch", "base", "import-img", str(image), "--target", "sdcard-test", "--tag",
          "dockerarch-test/sdcard:interrupted", "--refresh", "--no-push"],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while not sh("losetup", "--associated", str(image)).stdout.strip():
+    # a loop device of this run (an earlier test's may still be detaching)
+    while not set(sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split()) - earlier:
         assert child.poll() is None and time.monotonic() < deadline, "the loop device never appeared"
         time.sleep(0.05)
     child.send_signal(signal.SIGINT)  # while the root partition is mounted and being read
