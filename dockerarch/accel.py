@@ -10,8 +10,9 @@ sysconfig, and CC/CXX point there too, so setuptools, meson, cmake and make all 
 
 What runs there is dockerarch-cc (data/toolchain/dockerarch-cc.c): an x86-64 driver that logs
 every invocation with the machine it ran on, then execs ccache and the cross compiler. Its report
-at the end of the build stage ("N compiler runs, N native x86_64, 0 emulated") is the proof that
-the compiles did not run under QEMU; the manifest keeps the counts.
+at the end of the build stage ("N compiler runs, N native x86_64, 0 emulated") and its log, read
+through the small `toolchain-log` stage, are the proof that the compiles did not run under QEMU;
+the manifest keeps the counts.
 
 Nothing of this reaches the artifacts (FROM scratch, only /out) or the runtime image (the base).
 """
@@ -39,10 +40,6 @@ TOOLCHAIN_TARGET = "debian-amd64"  # the base of the toolchain stage
 DATA = Path(__file__).parent / "data" / "toolchain"
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
-_REPORT = re.compile(
-    r"dockerarch hybrid: (?P<runs>\d+) compiler runs \((?P<compiles>\d+) compiles\), "
-    r"(?P<native>\d+) native x86_64, (?P<emulated>\d+) emulated"
-)
 # ARM packages a hybrid build stage must not install: the grafted toolchain takes their place
 # (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
 # a build still needs: the C library's development files and make.
@@ -178,9 +175,17 @@ def prepare_context(context: Path) -> None:
     shutil.copytree(DATA, context / CONTEXT_DIR)
 
 
-def parse_report(log_text: str) -> dict[str, int] | None:
-    """The counts of dockerarch-cc's report in a build log (the last one), or None."""
-    found = None
-    for match in _REPORT.finditer(log_text):
-        found = {key: int(value) for key, value in match.groupdict().items()}
-    return found
+LOG_STAGE = "toolchain-log"
+
+
+def count_runs(toolchain_log: str) -> dict[str, int]:
+    """Counts of dockerarch-cc's log: one line per compiler run, 'MACHINE NAME compile|other'."""
+    runs = compiles = native = 0
+    for line in toolchain_log.splitlines():
+        fields = line.split()
+        if len(fields) != 3:
+            continue
+        runs += 1
+        compiles += fields[2] == "compile"
+        native += fields[0] == "x86_64"
+    return {"runs": runs, "compiles": compiles, "native": native, "emulated": runs - native}

@@ -208,7 +208,7 @@ class Job:
             "artifacts": [r.as_dict() for r in reports],
             "builder": {"name": route.builder, "endpoint": route.endpoint},
             "accel": self.decision.accel,
-            "hybrid": self._hybrid_report(log) if request.toolchain else None,
+            "hybrid": self._hybrid_counts(context, work, log) if request.toolchain else None,
             "smoke": smoke_output,
             "seconds": round(time.monotonic() - started, 1),
             "dockerarch": __version__,
@@ -216,12 +216,17 @@ class Job:
         }
         (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
-    def _hybrid_report(self, log: TextIO) -> dict[str, int] | None:
-        log.flush()
-        counts = accel.parse_report(Path(log.name).read_text(errors="replace"))
-        if counts is not None:
-            self.say(f"hybrid: {counts['compiles']} compiles ran natively (x86-64), "
-                     f"{counts['emulated']} under QEMU")  # fmt: skip
+    def _hybrid_counts(self, context: Path, work: Path, log: TextIO) -> dict[str, int]:
+        """Where the build's compiler runs ran, from dockerarch-cc's log (its own small stage:
+        read even when every step was cached)."""
+        secrets = (f"id=ca-bundle,src={self.options.ca_bundle}",) if self.options.ca_bundle else ()
+        dest = work / "toolchain-log"
+        spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage=accel.LOG_STAGE,
+                                output_dir=dest, secrets=secrets, cache=True, node_context=self.route.context)  # fmt: skip
+        self._stream(spec, log, "toolchain log")
+        counts = accel.count_runs((dest / "toolchain.log").read_text(errors="replace"))
+        self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
+                 f"runs native (x86-64), {counts['emulated']} under QEMU")  # fmt: skip
         return counts
 
     def _ensure_local_base(self, name: str, tag: str) -> str:

@@ -265,7 +265,10 @@ def test_interrupted_import_leaves_no_loop_device_or_mount(
     image = images["mbr.img"]
     earlier = set(sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split())
     child = subprocess.Popen(
-        [sys.executable, "-m", "dockerarch", "base", "import-img", str(image), "--target", "sdcard-test", "--tag",
+        # env --default-signal: as from a terminal, even when this runs as a shell's background job
+        # (which inherits SIGINT ignored, and Python then never raises KeyboardInterrupt)
+        ["env", "--default-signal=INT", sys.executable, "-m", "dockerarch", "base", "import-img", str(image),
+         "--target", "sdcard-test", "--tag",
          "dockerarch-test/sdcard:interrupted", "--refresh", "--no-push"],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -91,15 +91,10 @@ def test_madison_output_is_read_per_suite(suite: str, found: bool) -> None:
     assert accel.madison_has(MADISON.splitlines()[2], "bookworm") is False  # trixie only
 
 
-def test_the_toolchain_report_is_read_from_the_build_log() -> None:
-    log = (
-        "#21 [build 7/7] RUN dockerarch-cc --report\n"
-        "#21 0.162 dockerarch hybrid: 2 compiler runs (1 compiles), 2 native x86_64, 0 emulated\n"
-        "#21 DONE 0.2s\n"
-        "#33 0.100 dockerarch hybrid: 40 compiler runs (31 compiles), 40 native x86_64, 0 emulated\n"
-    )
-    assert accel.parse_report(log) == {"runs": 40, "compiles": 31, "native": 40, "emulated": 0}
-    assert accel.parse_report("no report here") is None
+def test_the_toolchain_log_is_counted() -> None:
+    log = "x86_64 aarch64-linux-gnu-gcc compile\nx86_64 aarch64-linux-gnu-gcc other\naarch64 cc compile\n\n"
+    assert accel.count_runs(log) == {"runs": 3, "compiles": 2, "native": 2, "emulated": 1}
+    assert accel.count_runs("") == {"runs": 0, "compiles": 0, "native": 0, "emulated": 0}
 
 
 def test_unknown_mode_is_a_usage_error() -> None:

@@ -59,7 +59,8 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str
     board = TARGETS[target]
     head, build = text.split(f"FROM {board.base_image} AS build\n")
     build, rest = build.split("FROM scratch AS artifacts\n")
-    artifacts, runtime = rest.split(f"FROM {board.base_image} AS runtime\n")
+    artifacts, rest = rest.split("FROM scratch AS toolchain-log\n")
+    log_stage, runtime = rest.split(f"FROM {board.base_image} AS runtime\n")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
     assert "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS toolchain\n" in head
     for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
@@ -75,9 +76,10 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str
     assert graft < build.index("RUN mkdir -p /out")
     assert f"CC={board.triplet}-gcc" in build and f"CXX={board.triplet}-g++" in build
     assert f"id=dockerarch-ccache-{board.name}" in build[graft:]
-    assert build.rstrip().endswith("RUN dockerarch-cc --report")
+    assert build.rstrip().endswith(f"RUN touch {accel.LOG} && dockerarch-cc --report")
     # Nothing of it in the artifacts or the runtime image.
-    assert artifacts.strip() == "COPY --from=build /out/ /"
+    assert artifacts.split("\n\n#")[0].strip() == "COPY --from=build /out/ /"
+    assert log_stage.strip() == f"COPY --from=build {accel.LOG} /toolchain.log"
     assert not re.search(r"toolchain|ccache|dockerarch-cc|x86", runtime)
     assert text == _render(recipe, target)  # same input, same bytes
 
