@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,8 @@ LOG = "/var/log/dockerarch-toolchain.log"
 # a build still needs: the C library's development files and make.
 _COMPILER_PACKAGES = re.compile(r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$")
 REPLACEMENTS = ("libc6-dev", "make")
+# A recipe asks for a compiler when its apt packages include one of these.
+_ASKS_FOR_COMPILER = re.compile(r"^(build-essential|gcc|g\+\+|(gcc|g\+\+)-\d+)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +116,7 @@ def decide(
             note=f"recipe '{recipe.name}' compiles with the emulated ARM compiler "
             f"({recipe.no_hybrid}): building under plain QEMU",
         )
-    if not any(_COMPILER_PACKAGES.match(p) for p in recipe.apt):
+    if not any(_ASKS_FOR_COMPILER.match(p) for p in recipe.apt):
         return Decision(accel="qemu")  # the recipe asks for no compiler: nothing to graft
     toolchain = Toolchain(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
@@ -163,11 +164,11 @@ def host_apt_has(package: str, suite: str) -> bool:
     """Whether the host's apt knows ``package`` in ``suite``: the toolchain stage's base is
     bootstrapped from the host's mirror, so the host's package lists tell what it can install.
     Without apt-cache, assume yes: the toolchain stage's apt then says what is missing."""
-    apt_cache = shutil.which("apt-cache")
-    if apt_cache is None:
+    from dockerarch import process
+
+    if shutil.which("apt-cache") is None:
         return True
-    done = subprocess.run([apt_cache, "madison", package], capture_output=True, text=True, check=False)
-    return madison_has(done.stdout, suite)
+    return madison_has(process.run(["apt-cache", "madison", package], check=False, timeout=60).stdout, suite)
 
 
 def prepare_context(context: Path) -> None:
