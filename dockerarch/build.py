@@ -33,6 +33,7 @@ _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
 TAIL_LINES = 30
 
 Progress = Callable[[str, str], None]  # (target name, line)
+_BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +46,11 @@ class BuildOptions:
     ca_bundle: str | None = None
     accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
     ccache: bool = True  # hybrid builds' compiler cache
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """buildx --secret values: the host's CA bundle, when there is one."""
+        return (f"id=ca-bundle,src={self.ca_bundle}",) if self.ca_bundle else ()
 
 
 @dataclass(kw_only=True)
@@ -64,6 +70,11 @@ def host_ca_bundle() -> str | None:
         if candidate and Path(candidate).is_file():
             return candidate
     return None
+
+
+def _one_line(step: str, width: int = 90) -> str:
+    """A buildx step title for a progress line: RUN steps can be whole shell scripts."""
+    return step if len(step) <= width else step[: width - 3] + "..."
 
 
 def result_name(request: RenderRequest) -> str:
@@ -157,7 +168,7 @@ class Job:
             self._ensure_local_base(request.toolchain.base_target, request.toolchain.base_image)
         context = work / "context"
         _prepare_context(request, context)
-        secrets = (f"id=ca-bundle,src={self.options.ca_bundle}",) if self.options.ca_bundle else ()
+        secrets = self.options.secrets
         spec = engine.BuildSpec(
             context_dir=context, platform=self.target.platform, stage="artifacts",
             output_dir=landing, secrets=secrets, cache=self.options.cache,
@@ -219,10 +230,10 @@ class Job:
     def _hybrid_counts(self, context: Path, work: Path, log: TextIO) -> dict[str, int]:
         """Where the build's compiler runs ran, from dockerarch-cc's log (its own small stage:
         read even when every step was cached)."""
-        secrets = (f"id=ca-bundle,src={self.options.ca_bundle}",) if self.options.ca_bundle else ()
         dest = work / "toolchain-log"
         spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage=accel.LOG_STAGE,
-                                output_dir=dest, secrets=secrets, cache=True, node_context=self.route.context)  # fmt: skip
+                                output_dir=dest, secrets=self.options.secrets, cache=True,
+                                node_context=self.route.context)  # fmt: skip
         self._stream(spec, log, "toolchain log")
         counts = accel.count_runs((dest / "toolchain.log").read_text(errors="replace"))
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
@@ -232,6 +243,10 @@ class Job:
     def _ensure_local_base(self, name: str, tag: str) -> str:
         """The id of the local engine's base image ``tag`` of target ``name``, bootstrapped
         first when missing and dockerarch can."""
+        with _BASE_LOCKS.setdefault(tag, threading.Lock()):  # concurrent jobs share the amd64 base
+            return self._ensure_local_base_locked(name, tag)
+
+    def _ensure_local_base_locked(self, name: str, tag: str) -> str:
         from dockerarch import base
         from dockerarch.targets import load_targets
 
@@ -275,7 +290,7 @@ class Job:
                     changed = tracker.feed(line)
                     now = time.monotonic()
                     if changed or now - last_said > 30:
-                        self.say(f"{what} {tracker.current}")
+                        self.say(f"{what} {_one_line(tracker.current)}")
                         last_said = now
         except engine.BuildFailed as exc:
             log.flush()

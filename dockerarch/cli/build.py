@@ -77,11 +77,8 @@ def build(
 
     def progress(name: str, line: str) -> None:
         elapsed = time.monotonic() - started
-        # buildx step titles can be whole shell scripts: one line of them is enough
-        long_step = line.startswith(("artifacts ", "runtime ")) and len(line) > 110
-        text = line[:107] + "..." if long_step else line
         with lock:
-            typer.echo(f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {text}", err=True)
+            typer.echo(f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {line}", err=True)
 
     names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
     typer.echo(f"building {requests[0].recipe.name} {requests[0].version} for {names}", err=True)
