@@ -39,6 +39,10 @@ TOOLCHAIN_TARGET = "debian-amd64"  # the base of the toolchain stage
 DATA = Path(__file__).parent / "data" / "toolchain"
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
+# uv (PyPI's x86-64 wheel carries the binary) is grafted beside the compilers: it resolves and
+# installs a PEP 517 build's requirements natively for the emulated Python, where pip spends
+# ~20 s of emulated start-up and resolution per build. Pinned, so a build's tools do not move.
+UV_VERSION = "0.13.8"
 # ARM packages a hybrid build stage must not install: the grafted toolchain takes their place
 # (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
 # a build still needs: the C library's development files and make.
@@ -61,9 +65,11 @@ class Toolchain:
 
     @property
     def packages(self) -> tuple[str, ...]:
-        """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc)."""
+        """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc; pip to
+        install uv; packaging for fetch-sdist). The first three are the cross compiler."""
         return (f"gcc-{self.gcc}-{self.triplet}", f"g++-{self.gcc}-{self.triplet}",
-                f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev")  # fmt: skip
+                f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev", "python3-pip",
+                "python3-packaging")  # fmt: skip
 
     def template_vars(self) -> dict[str, object]:
         return {
@@ -76,6 +82,7 @@ class Toolchain:
             "context": CONTEXT_DIR,
             "log": LOG,
             "ccache": self.ccache,
+            "uv_version": UV_VERSION,
         }
 
 

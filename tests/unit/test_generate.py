@@ -84,6 +84,47 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str
     assert text == _render(recipe, target)  # same input, same bytes
 
 
+@pytest.mark.parametrize(
+    ("recipe", "kw", "dist", "spec", "settings"),
+    [
+        ("wheel", {}, "zstandard", "zstandard==0.23.0", []),
+        ("numpy", {}, "numpy", "numpy==1.26.4", ["setup-args=-Dblas=openblas", "setup-args=-Dlapack=openblas"]),
+        ("numpy", {"settings": {"BLAS": "none"}}, "numpy", "numpy==1.26.4", ["setup-args=-Dallow-noblas=true"]),
+        ("opencv", {"settings": {"CONTRIB": "1", "HEADLESS": "0"}}, "opencv-contrib-python",
+         "opencv-contrib-python==4.10.0.84", []),
+    ],
+)  # fmt: skip
+def test_pypi_sdists_are_fetched_natively_and_built_with_uv_in_hybrid_builds(
+    recipe: str, kw: dict, dist: str, spec: str, settings: list[str]
+) -> None:
+    hybrid = _render(recipe, "debian-armv7", **kw)
+    head, build = hybrid.split("FROM dockerarch/base/debian-armv7:bookworm AS build\n")
+    # uv from PyPI into the amd64 stage (collect-toolchain grafts it), the sdist fetched there.
+    assert f"--target /opt/dockerarch-uv 'uv=={accel.UV_VERSION}'" in head
+    assert "FROM toolchain AS sources\n" in head
+    assert f"python3 /dockerarch/fetch-sdist '{spec}' /sdists/{dist}\n" in head
+    step = build[build.index("RUN --mount=type=bind,from=sources"):].split("\nRUN ")[0]
+    assert f"from=sources,source=/sdists/{dist},target=/sdist" in step
+    assert "uv build --wheel --no-create-gitignore --out-dir /out" in step and step.endswith("/sdist/*")
+    assert re.findall(r"--config-setting=(\S+)", step) == settings
+    assert "id=dockerarch-uv-debian-armv7" in step and "id=dockerarch-ccache-debian-armv7" in step
+    assert "ca-bundle" in step and "pip wheel" not in hybrid
+    plain = _render(recipe, "debian-armv7", "none", **kw)
+    assert "sources" not in plain and "uv" not in plain
+    assert f"python3 -m pip wheel --no-deps --no-binary {dist} --wheel-dir /out" in plain
+    assert re.findall(r"--config-settings=(\S+)", plain) == settings
+    assert plain.rstrip().split("\n\nFROM scratch AS artifacts")[0].count(f"'{spec}'") == 1
+
+
+def test_a_local_tree_is_built_with_uv_in_hybrid_builds() -> None:
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "cext")
+    hybrid = _render("wheel", "debian-aarch64", package=fixture)
+    assert "AS sources" not in hybrid and "fetch-sdist" not in hybrid
+    assert "uv build --wheel --no-create-gitignore --out-dir /out /src/package" in hybrid
+    plain = _render("wheel", "debian-aarch64", "none", package=fixture)
+    assert "python3 -m pip wheel --no-deps --wheel-dir /out /src/package" in plain and "uv" not in plain
+
+
 def test_every_required_combination_is_covered() -> None:
     covered = {r for r, _ in COMBINATIONS}
     assert {"wheel", "torch", "torchvision", "opencv", "numpy", "vaccel", "qpulib"} <= covered
