@@ -50,7 +50,7 @@ FILES = [
 @pytest.fixture
 def index() -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:  # http.server calls it by this name
             if self.path.startswith("/files/"):
                 body, kind = SDIST, "application/octet-stream"
             elif self.path == "/json/demo-pkg/":
