@@ -66,7 +66,10 @@ def test_demo_build_lands_verified_wheels(
                               "--format", "{{.Id}}"], capture_output=True, text=True, check=True)  # fmt: skip
     assert data["base"]["id"] == base_id.stdout.strip()  # type: ignore[index]
     assert data["smoke"] == "imported zstandard"
-    assert "pip wheel" in (result / "build.log").read_text()
+    # The sdist was fetched natively and built by the grafted uv; only the wheel landed.
+    log = (result / "build.log").read_text()
+    assert "fetch-sdist 'zstandard==0.23.0'" in log and "uv build --wheel" in log
+    assert sorted(p.name for p in result.iterdir()) == sorted([wheel.name, "build.log", "manifest.json"])
     assert not [p for p in (out / target).iterdir() if p.name.startswith(".")], "temporary left"
 
 
