@@ -46,6 +46,8 @@ class BuildOptions:
     ca_bundle: str | None = None
     accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
     ccache: bool = True  # hybrid builds' compiler cache
+    registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
+    registry_cache_loopback: bool = True  # the registry is on this machine only
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -169,9 +171,11 @@ class Job:
         context = work / "context"
         _prepare_context(request, context)
         secrets = self.options.secrets
+        cache_ref = self._registry_cache_ref()
         spec = engine.BuildSpec(
             context_dir=context, platform=self.target.platform, stage="artifacts",
             output_dir=landing, secrets=secrets, cache=self.options.cache,
+            cache_from=(f"type=registry,ref={cache_ref}",) if cache_ref and self.options.cache else (),
             node_context=route.context,
         )  # fmt: skip
         self._stream(spec, log, "artifacts")
@@ -192,6 +196,8 @@ class Job:
         for report in reports:
             glibc = f", needs GLIBC_{report.glibc}" if report.glibc else ""
             self.say(f"verified {report.name} ({report.elf_files} ELF files{glibc})")
+        if cache_ref:
+            self._push_cache(context, cache_ref, log)
         image_tag = image_id = None
         smoke_output = None
         if self.options.smoke:
@@ -226,6 +232,31 @@ class Job:
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    def _registry_cache_ref(self) -> str | None:
+        """registry.yaml's build cache for this build, when on and the builder can reach it."""
+        if self.options.registry_cache is None:
+            return None
+        if self.route.context is not None and self.options.registry_cache_loopback:
+            self.say(f"registry cache skipped: {self.options.registry_cache} is on this machine only, "
+                     f"which node '{self.route.builder}' cannot reach")  # fmt: skip
+            return None
+        tag = re.sub(r"[^a-z0-9_.-]", "-", f"{self.target.name}-{result_name(self.request)}-{self.decision.accel}".lower())
+        return f"{self.options.registry_cache}:{tag[:128]}"
+
+    def _push_cache(self, context: Path, ref: str, log: TextIO) -> None:
+        """Push the build stage with its inline cache: later builds anywhere that reach the
+        registry reuse its steps. A cache that cannot be pushed does not fail the build."""
+        spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage="build",
+                                push_tag=ref, cache_to="type=inline", secrets=self.options.secrets,
+                                cache=True, node_context=self.route.context)  # fmt: skip
+        try:
+            self._stream(spec, log, "registry cache")
+        except EngineError as exc:
+            why = (getattr(exc, "tail", None) or [exc.problem])[-1].strip()
+            self.say(f"registry cache not pushed ({why}); the build goes on without it")
+        else:
+            self.say(f"registry cache pushed: {ref}")
 
     def _hybrid_counts(self, context: Path, work: Path, log: TextIO) -> dict[str, int]:
         """Where the build's compiler runs ran, from dockerarch-cc's log (its own small stage:

@@ -73,7 +73,19 @@ class RegistryConfig:
     address: str = "127.0.0.1:5000"
     insecure: bool = True
     namespace: str = "dockerarch"
+    cache: bool = False  # share build caches through the registry (dockerarch build)
     source: str = "built-in defaults"
+
+    @property
+    def cache_repository(self) -> str:
+        """Where build stages are pushed with their inline cache, one tag per build."""
+        return f"{self.address}/{self.namespace}/buildcache"
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the registry is on this machine only (a native node cannot reach it)."""
+        host = self.address.rsplit(":", 1)[0] if self.address.count(":") == 1 else self.address
+        return host == "localhost" or host.startswith("127.")
 
     @property
     def api_url(self) -> str:
@@ -105,7 +117,7 @@ def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
     reject_unknown(top, ["registry"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
-    reject_unknown(section, ["address", "insecure", "namespace"], "registry", path)
+    reject_unknown(section, ["address", "insecure", "namespace", "cache"], "registry", path)
     defaults = RegistryConfig()
     address = str(section.get("address", defaults.address))
     if not _ADDRESS.match(address):
@@ -122,6 +134,9 @@ def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
             f"'registry.namespace' in {path} is {namespace!r}, not a valid repository path",
             fix="Use lowercase letters, digits and . _ - separated by /.",
         )
+    cache = section.get("cache", defaults.cache)
+    if not isinstance(cache, bool):
+        raise ConfigError(f"'registry.cache' in {path} must be true or false")
     return RegistryConfig(
-        address=address, insecure=insecure, namespace=namespace, source=str(path)
+        address=address, insecure=insecure, namespace=namespace, cache=cache, source=str(path)
     )

@@ -272,6 +272,7 @@ class BuildSpec:
     stage: str
     output_dir: Path | None = None  # type=local export of the stage
     load_tag: str | None = None  # load the stage into the node's engine under this tag
+    push_tag: str | None = None  # push the stage to a registry under this reference
     secrets: tuple[str, ...] = ()
     cache: bool = True
     cache_from: tuple[str, ...] = ()
@@ -292,6 +293,9 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
     if spec.load_tag is not None:
         kwargs["load"] = True
         kwargs["tags"] = [spec.load_tag]
+    if spec.push_tag is not None:
+        kwargs["push"] = True
+        kwargs["tags"] = [spec.push_tag]
     if spec.cache_from:
         kwargs["cache_from"] = list(spec.cache_from)
     if spec.cache_to:

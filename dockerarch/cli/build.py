@@ -49,11 +49,20 @@ def build(
     ccache: Annotated[
         bool, typer.Option("--ccache/--no-ccache", help="Hybrid builds: keep a compiler cache (ccache).")
     ] = True,
+    registry_cache: Annotated[
+        bool | None,
+        typer.Option(
+            "--registry-cache/--no-registry-cache",
+            help="Share the build cache through the registry of registry.yaml (default: its "
+            "'cache' key). --no-cache still pushes a fresh one.",
+        ),
+    ] = None,
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
     from dockerarch import accel as accel_module
     from dockerarch import build as build_module
     from dockerarch import engine, process
+    from dockerarch.config import load_registry_config
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
 
@@ -67,9 +76,13 @@ def build(
         from dockerarch.builders import check_forced
 
         check_forced(builder)
+    registry = load_registry_config()
+    use_registry_cache = registry.cache if registry_cache is None else registry_cache
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
+        registry_cache=registry.cache_repository if use_registry_cache else None,
+        registry_cache_loopback=registry.loopback,
     )  # fmt: skip
     started = time.monotonic()
     lock = threading.Lock()

@@ -14,6 +14,7 @@ def test_repository_registry_yaml_loads() -> None:
     config = load_registry_config(REPO / "registry.yaml")
     assert config.address == "127.0.0.1:5000"
     assert config.api_url == "http://127.0.0.1:5000/v2/"
+    assert config.cache is False  # the registry cache is asked for, not assumed
 
 
 def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,6 +40,7 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("registry:\n  address: 'a b'\n", "not HOST or HOST:PORT"),
         ("registry:\n  insecure: maybe\n", "must be true or false"),
         ("registry:\n  namespace: Upper/Case\n", "not a valid repository path"),
+        ("registry:\n  cache: yes please\n", "'registry.cache' in"),
         ("registry: [1, 2]\n", "must be a mapping"),
         ("registry:\n  address: [\n", ":3 is not valid YAML"),
     ],
@@ -55,3 +57,17 @@ def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None
 def test_missing_explicit_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_registry_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [("127.0.0.1:5000", True), ("localhost:5000", True), ("localhost", True),
+     ("registry.example.invalid:443", False), ("10.0.0.7:5000", False)],
+)  # fmt: skip
+def test_registry_cache_repository(tmp_path: Path, address: str, loopback: bool) -> None:
+    path = tmp_path / "registry.yaml"
+    path.write_text(f"registry:\n  address: {address}\n  namespace: team/arm\n  cache: true\n")
+    config = load_registry_config(path)
+    assert config.cache is True
+    assert config.cache_repository == f"{address}/team/arm/buildcache"
+    assert config.loopback is loopback
