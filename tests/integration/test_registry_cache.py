@@ -1,0 +1,63 @@
+"""The registry cache of registry.yaml, against the real local registry: a build whose local
+build cache is gone reuses the steps an earlier build pushed there.
+
+This module empties BuildKit's layer cache (not its cache mounts, not the image store), so
+modules after it only rebuild what they use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import dockerarch
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cext"
+NAMESPACE = "dockerarch-test"
+
+
+def _step_cached(log: str, needle: str) -> bool:
+    """Whether buildx reported the step whose title contains ``needle`` as CACHED."""
+    numbers = {m.group(1) for m in re.finditer(r"^#(\d+) \[build [^\]]+\] .*" + re.escape(needle), log, re.MULTILINE)}
+    assert numbers, f"no step with {needle!r} in the log"
+    return any(re.search(rf"^#{n} CACHED$", log, re.MULTILINE) for n in numbers)
+
+
+def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"registry:\n  address: 127.0.0.1:5000\n  namespace: {NAMESPACE}\n  cache: true\n")
+    monkeypatch.setenv("DOCKERARCH_REGISTRY_CONFIG", str(config))
+    args = ["build", "wheel", "--package", str(FIXTURE), "--arch", "aarch64", "--no-smoke"]
+
+    first = dockerarch(*args, "--out", str(tmp_path / "first"), timeout=3600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    ref = f"127.0.0.1:5000/{NAMESPACE}/buildcache:debian-aarch64-dockerarch-tinyext-1.0.0-hybrid"
+    assert f"registry cache pushed: {ref}" in first.stderr
+    with urllib.request.urlopen(f"http://127.0.0.1:5000/v2/{NAMESPACE}/buildcache/tags/list", timeout=30) as r:
+        assert "debian-aarch64-dockerarch-tinyext-1.0.0-hybrid" in json.load(r)["tags"]
+
+    # As on another machine: no local layer cache, no local copy of the cache image.
+    subprocess.run(["docker", "image", "rm", "--force", ref], capture_output=True, check=False)
+    subprocess.run(["docker", "buildx", "prune", "--all", "--force", "--filter", "type=regular"],
+                   capture_output=True, check=True)  # fmt: skip
+    second = dockerarch(*args, "--out", str(tmp_path / "second"), timeout=3600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    log = (tmp_path / "second" / "debian-aarch64" / "dockerarch-tinyext-1.0.0" / "build.log").read_text()
+    assert _step_cached(log, "uv build --wheel"), "the compile step ran again instead of coming from the registry"
+    (a,) = (tmp_path / "first" / "debian-aarch64" / "dockerarch-tinyext-1.0.0").glob("*.whl")
+    (b,) = (tmp_path / "second" / "debian-aarch64" / "dockerarch-tinyext-1.0.0").glob("*.whl")
+    assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+
+    # Without the cache key, nothing is pushed.
+    third = dockerarch(*args, "--no-registry-cache", "--out", str(tmp_path / "third"), timeout=3600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "registry cache" not in third.stderr
