@@ -296,8 +296,8 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
     if spec.push_tag is not None:
         kwargs["push"] = True
         kwargs["tags"] = [spec.push_tag]
-    if spec.cache_from:
-        kwargs["cache_from"] = list(spec.cache_from)
+    if spec.cache_from:  # python-on-whales takes a list of dicts: "type=registry,ref=R" -> {...}
+        kwargs["cache_from"] = [dict(kv.split("=", 1) for kv in c.split(",")) for c in spec.cache_from]
     if spec.cache_to:
         kwargs["cache_to"] = spec.cache_to
     try:

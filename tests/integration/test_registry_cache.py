@@ -40,10 +40,10 @@ def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
 
     first = dockerarch(*args, "--out", str(tmp_path / "first"), timeout=3600)
     assert first.returncode == 0, first.stderr[-3000:]
-    ref = f"127.0.0.1:5000/{NAMESPACE}/buildcache:debian-aarch64-dockerarch-tinyext-1.0.0-hybrid"
+    ref = f"127.0.0.1:5000/{NAMESPACE}/buildcache:debian-aarch64-dockerarch_tinyext-1.0.0-hybrid"
     assert f"registry cache pushed: {ref}" in first.stderr
     with urllib.request.urlopen(f"http://127.0.0.1:5000/v2/{NAMESPACE}/buildcache/tags/list", timeout=30) as r:
-        assert "debian-aarch64-dockerarch-tinyext-1.0.0-hybrid" in json.load(r)["tags"]
+        assert "debian-aarch64-dockerarch_tinyext-1.0.0-hybrid" in json.load(r)["tags"]
 
     # As on another machine: no local layer cache, no local copy of the cache image.
     subprocess.run(["docker", "image", "rm", "--force", ref], capture_output=True, check=False)
@@ -51,10 +51,10 @@ def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
                    capture_output=True, check=True)  # fmt: skip
     second = dockerarch(*args, "--out", str(tmp_path / "second"), timeout=3600)
     assert second.returncode == 0, second.stderr[-3000:]
-    log = (tmp_path / "second" / "debian-aarch64" / "dockerarch-tinyext-1.0.0" / "build.log").read_text()
+    log = (tmp_path / "second" / "debian-aarch64" / "dockerarch_tinyext-1.0.0" / "build.log").read_text()
     assert _step_cached(log, "uv build --wheel"), "the compile step ran again instead of coming from the registry"
-    (a,) = (tmp_path / "first" / "debian-aarch64" / "dockerarch-tinyext-1.0.0").glob("*.whl")
-    (b,) = (tmp_path / "second" / "debian-aarch64" / "dockerarch-tinyext-1.0.0").glob("*.whl")
+    (a,) = (tmp_path / "first" / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl")
+    (b,) = (tmp_path / "second" / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl")
     assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
 
     # Without the cache key, nothing is pushed.
