@@ -288,6 +288,7 @@ def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_pat
 @pytest.fixture
 def node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A second dockerd in its own network namespace, registered as builder node `testnode`."""
+    dockerarch("builder", "rm", "testnode")  # left registered by a run killed mid-test, if any
     with standin_node() as (endpoint, daemon):
         added = dockerarch("builder", "add", "testnode", endpoint, "--platform", "linux/arm64")
         assert added.returncode == 0, added.stderr
