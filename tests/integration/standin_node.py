@@ -74,9 +74,30 @@ def stop(daemon: subprocess.Popen[bytes]) -> None:
             daemon.wait(timeout=30)
 
 
+def _stop_stale() -> None:
+    """A node dockerd left running by a test run that was killed: stopped before its data root
+    is removed under it."""
+    try:
+        pid = int((ROOT / "dockerd.pid").read_text().strip())
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "dockerd":
+            return
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+
+
 @contextmanager
 def standin_node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Yield (endpoint, daemon process) of a fresh dockerd on its own socket and data root."""
+    _stop_stale()
     shutil.rmtree(ROOT, ignore_errors=True)
     ROOT.mkdir(parents=True)
     sock = ROOT / "docker.sock"
