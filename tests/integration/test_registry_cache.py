@@ -30,6 +30,18 @@ def _step_cached(log: str, needle: str) -> bool:
     return any(re.search(rf"^#{n} CACHED$", log, re.MULTILINE) for n in numbers)
 
 
+def test_an_unreachable_cache_registry_does_not_fail_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("registry:\n  address: 127.0.0.1:9\n  cache: true\n")  # discard port: refused
+    monkeypatch.setenv("DOCKERARCH_REGISTRY_CONFIG", str(config))
+    done = dockerarch("build", "wheel", "--package", str(FIXTURE), "--arch", "aarch64", "--no-smoke",
+                      "--out", str(tmp_path / "out"), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "registry cache" in line and "not pushed" in line]
+    assert len(said) == 1 and "127.0.0.1:9" in said[0] and "the build goes on without it" in said[0]
+    assert list((tmp_path / "out" / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl"))
+
+
 def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,3 +73,4 @@ def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
     third = dockerarch(*args, "--no-registry-cache", "--out", str(tmp_path / "third"), timeout=3600)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "registry cache" not in third.stderr
+
