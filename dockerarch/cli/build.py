@@ -34,7 +34,14 @@ def build(
     fallback_qemu: Annotated[
         bool, typer.Option("--fallback-qemu", help="Build locally when a native node does not answer.")
     ] = False,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Cold build: use no cached step.")] = False,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Cold build: no cached step, and the target's package caches (apt, pip, uv, "
+            "ccache) start empty, for later builds too.",
+        ),
+    ] = False,
     smoke: Annotated[
         bool, typer.Option("--smoke/--no-smoke", help="Install and try the artifacts in the runtime image.")
     ] = True,
