@@ -46,7 +46,9 @@ UV_VERSION = "0.13.8"
 # ARM packages a hybrid build stage must not install: the grafted toolchain takes their place
 # (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
 # a build still needs: the C library's development files and make.
-_COMPILER_PACKAGES = re.compile(r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$")
+_COMPILER_PACKAGES = re.compile(
+    r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$"
+)
 REPLACEMENTS = ("libc6-dev", "make")
 # A recipe asks for a compiler when its apt packages include one of these.
 _ASKS_FOR_COMPILER = re.compile(r"^(build-essential|gcc|g\+\+|(gcc|g\+\+)-\d+)$")
@@ -142,7 +144,9 @@ def decide(
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise UsageError(f"--accel {mode} is not a mode dockerarch knows", fix=f"Use one of: {', '.join(MODES)}.")
+        raise UsageError(
+            f"--accel {mode} is not a mode dockerarch knows", fix=f"Use one of: {', '.join(MODES)}."
+        )
     return mode
 
 
@@ -162,7 +166,9 @@ def madison_has(output: str, suite: str) -> bool:
     """Whether `apt-cache madison` output lists a version from ``suite`` (or its updates)."""
     for line in output.splitlines():
         fields = [f.strip() for f in line.split("|")]
-        if len(fields) >= 3 and re.search(rf"\s{re.escape(suite)}(-updates|-security)?/", " " + fields[2]):
+        if len(fields) >= 3 and re.search(
+            rf"\s{re.escape(suite)}(-updates|-security)?/", " " + fields[2]
+        ):
             return True
     return False
 
@@ -175,7 +181,9 @@ def host_apt_has(package: str, suite: str) -> bool:
 
     if shutil.which("apt-cache") is None:
         return True
-    return madison_has(process.run(["apt-cache", "madison", package], check=False, timeout=60).stdout, suite)
+    return madison_has(
+        process.run(["apt-cache", "madison", package], check=False, timeout=60).stdout, suite
+    )
 
 
 def prepare_context(context: Path) -> None:

@@ -60,9 +60,7 @@ def _fail(artifact: str, member: str | None, problem: str, fix: str) -> Verifica
     return VerificationError(f"{where} {problem}", fix=fix)
 
 
-def check_elf(
-    facts: elf.ElfFacts, target: BoardTarget, artifact: str, member: str
-) -> None:
+def check_elf(facts: elf.ElfFacts, target: BoardTarget, artifact: str, member: str) -> None:
     arch = target.arch
     if facts.arch != arch.name:
         raise _fail(
@@ -96,7 +94,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
 
 
-def _elf_members(archive: str, members: Iterator[tuple[str, IO[bytes]]]) -> Iterator[tuple[str, elf.ElfFacts]]:
+def _elf_members(
+    archive: str, members: Iterator[tuple[str, IO[bytes]]]
+) -> Iterator[tuple[str, elf.ElfFacts]]:
     for name, handle in members:
         head = handle.read(4)
         if not elf.is_elf(head):
@@ -117,8 +117,8 @@ def _zip_members(path: Path) -> Iterator[tuple[str, IO[bytes]]]:
 
 
 def _tar_members(source: Path | IO[bytes]) -> Iterator[tuple[str, IO[bytes]]]:
-    kwargs = {"name": source} if isinstance(source, Path) else {"fileobj": source}
-    with tarfile.open(**kwargs) as archive:  # type: ignore[arg-type]
+    opened = tarfile.open(name=source) if isinstance(source, Path) else tarfile.open(fileobj=source)
+    with opened as archive:
         for member in archive:
             if member.isfile():
                 handle = archive.extractfile(member)
@@ -162,7 +162,11 @@ def _check_wheel_tag(path: Path, target: BoardTarget) -> str:
     _, _, platform = wheel_tags(path)
     for tag in platform.split("."):
         if tag not in ("any", target.arch.wheel_tag):
-            hint = " (armv8l is what arm/v7 wheels built on an arm64 kernel get)" if "armv8l" in tag else ""
+            hint = (
+                " (armv8l is what arm/v7 wheels built on an arm64 kernel get)"
+                if "armv8l" in tag
+                else ""
+            )
             raise _fail(
                 path.name, None,
                 f"is tagged {tag}, but target '{target.name}' needs {target.arch.wheel_tag}{hint}",

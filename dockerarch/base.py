@@ -171,7 +171,7 @@ def _import(
     push_to: str | None, started: float, note: str,
 ) -> BaseResult:  # fmt: skip
     (context / "Dockerfile").write_text(
-        "# A root filesystem made by dockerarch.\nFROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n"
+        '# A root filesystem made by dockerarch.\nFROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n'
     )
     image_id = engine.import_rootfs(
         context, platform=platform, tag=tag, labels={LABEL_PREFIX: "1", **labels},
@@ -257,9 +257,13 @@ def make_image_import(
     if not image.is_file():
         raise UsageError(f"{image} does not exist or is not a file", fix="Check the path.")
     if partition is not None and partition < 0:
-        raise UsageError(f"--partition {partition} is not a partition number", fix="Partitions count from 1.")
+        raise UsageError(
+            f"--partition {partition} is not a partition number", fix="Partitions count from 1."
+        )
     if tag is not None and not _TAG.match(tag):
-        raise UsageError(f"--tag {tag!r} is not an image reference", fix="For example: myboard/base:v3.0.")
+        raise UsageError(
+            f"--tag {tag!r} is not an image reference", fix="For example: myboard/base:v3.0."
+        )
     name = target.base_image.split("@", 1)[0].rsplit(":", 1)[0]
     progress(f"hashing {image.name} ({image.stat().st_size / 1e9:.2f} GB)")
     return ImageImport(
@@ -288,7 +292,9 @@ def import_image(
         with sdcard.raw_image(request.image, work, progress) as raw:
             parts = sdcard.partitions(raw, request.image)
             root = sdcard.root_partition(parts, request.image, request.partition)
-            progress(f"root filesystem: partition {root.number} ({root.fstype}, {root.size / 1e9:.2f} GB)")
+            progress(
+                f"root filesystem: partition {root.number} ({root.fstype}, {root.size / 1e9:.2f} GB)"
+            )
             sdcard.archive_partition(raw, root, context / "rootfs.tar", request.image)
         facts = sdcard.inspect_rootfs(context / "rootfs.tar", request.image)
         if facts.arch != request.target.arch.name:
@@ -324,7 +330,9 @@ def release_epoch(request: BaseRequest) -> int | None:
     uri = (request.snapshot or request.mirror).rstrip("/")
     for name in ("InRelease", "Release"):
         try:
-            with urllib.request.urlopen(f"{uri}/dists/{request.suite}/{name}", timeout=30) as answer:
+            with urllib.request.urlopen(
+                f"{uri}/dists/{request.suite}/{name}", timeout=30
+            ) as answer:
                 head = answer.read(4096).decode("utf-8", "replace")
         except (OSError, ValueError):
             continue
@@ -338,7 +346,10 @@ def release_epoch(request: BaseRequest) -> int | None:
 
 
 def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Progress) -> None:
-    process.which("mmdebstrap", hint="Install it: scripts/setup-host does (apt-get install mmdebstrap arch-test).")
+    process.which(
+        "mmdebstrap",
+        hint="Install it: scripts/setup-host does (apt-get install mmdebstrap arch-test).",
+    )
     args = [
         "mmdebstrap",
         "--variant=minbase",

@@ -137,14 +137,18 @@ class Job:
         started = time.monotonic()
         result = JobResult(target=self.target.name)
         self.final.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".tmp", dir=self.final.parent))
+        work = Path(
+            tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".tmp", dir=self.final.parent)
+        )
         landing = work / "result"
         landing.mkdir()
         log_path = landing / "build.log"
         try:
             with log_path.open("w") as log:
                 self._build(work, landing, log, started)
-            result.artifacts = sorted(p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json"))
+            result.artifacts = sorted(
+                p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json")
+            )
             _replace_dir(landing, self.final)
             result.directory = self.final
             result.artifacts = [self.final / p.name for p in result.artifacts]
@@ -186,7 +190,9 @@ class Job:
             if path.is_dir():
                 raise artifacts.VerificationError(
                     f"The artifacts stage of recipe '{request.recipe.name}' exported a directory "
-                    f"({path.name})", fix="Recipes put files directly in /out.")
+                    f"({path.name})",
+                    fix="Recipes put files directly in /out.",
+                )
             reports.append(artifacts.verify(path, self.target))
         if not reports:
             raise artifacts.VerificationError(
@@ -241,7 +247,11 @@ class Job:
             self.say(f"registry cache skipped: {self.options.registry_cache} is on this machine only, "
                      f"which node '{self.route.builder}' cannot reach")  # fmt: skip
             return None
-        tag = re.sub(r"[^a-z0-9_.-]", "-", f"{self.target.name}-{result_name(self.request)}-{self.decision.accel}".lower())
+        tag = re.sub(
+            r"[^a-z0-9_.-]",
+            "-",
+            f"{self.target.name}-{result_name(self.request)}-{self.decision.accel}".lower(),
+        )
         return f"{self.options.registry_cache}:{tag[:128]}"
 
     def _push_cache(self, context: Path, ref: str, log: TextIO) -> None:
@@ -335,7 +345,9 @@ class Job:
             modules = sorted({m for r in reports for m in r.top_level})
             if not modules:
                 return "nothing to import"
-            command = f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+            command = (
+                f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+            )
         self.say(f"smoke test: {command}")
         code, output = engine.run_in_image(image, self.target.platform, command, route.context)
         log.write(f"### smoke test: {command}\n{output}\n")
@@ -369,7 +381,9 @@ def _prepare_context(request: RenderRequest, context: Path) -> None:
     else:
         context.mkdir()
     if request.package is not None and request.package.local is not None:
-        ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv")
+        ignore = shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".venv"
+        )
         shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
     if request.toolchain is not None:
         accel.prepare_context(context)
@@ -409,14 +423,21 @@ def plan_accel(
 
     return [
         accel.decide(
-            r.target, r.recipe, requested=mode, route_accel=route.accel,
-            toolchain_base=toolchain_base, cross_available=available, ccache=ccache,
+            r.target,
+            r.recipe,
+            requested=mode,
+            route_accel=route.accel,
+            toolchain_base=toolchain_base,
+            cross_available=available,
+            ccache=ccache,
         )
         for r, route in zip(requests, routes, strict=True)
     ]
 
 
-def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Progress) -> list[JobResult]:
+def run_jobs(
+    requests: list[RenderRequest], options: BuildOptions, progress: Progress
+) -> list[JobResult]:
     """Build every target concurrently (buildx and BuildKit share the machine)."""
     results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
     # Every route first: a node that does not answer stops the run before anything is built or written.
@@ -432,15 +453,18 @@ def run_jobs(requests: list[RenderRequest], options: BuildOptions, progress: Pro
             results[index] = Job(request, options, progress, routes[index], decisions[index]).run()
         except DockerarchError as exc:
             results[index].error = exc
-        except Exception as exc:  # noqa: BLE001 - reported with the others, not as a thread traceback
-            results[index].error = DockerarchError(
+        except Exception as exc:
+            error = DockerarchError(
                 f"internal error while building for {request.target.name}: "
                 f"{type(exc).__name__}: {exc}",
                 fix="This is a bug in dockerarch: run again with --debug and report it.",
             )
-            results[index].error.__cause__ = exc
+            error.__cause__ = exc
+            results[index].error = error
 
-    threads = [threading.Thread(target=work, args=(i, r), daemon=True) for i, r in enumerate(requests)]
+    threads = [
+        threading.Thread(target=work, args=(i, r), daemon=True) for i, r in enumerate(requests)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -65,7 +65,7 @@ def nodes() -> list[Node]:
     found = []
     for name, description, host in _contexts():
         if description.startswith(MARKER):
-            platforms = tuple(p for p in description[len(MARKER):].split(",") if p)
+            platforms = tuple(p for p in description[len(MARKER) :].split(",") if p)
             found.append(Node(name=name, endpoint=host, platforms=platforms))
     return sorted(found, key=lambda n: n.name)
 

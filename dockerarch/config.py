@@ -47,8 +47,7 @@ def require_mapping(value: Any, where: str, source: Path) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise ConfigError(
-            f"'{where}' in {source} must be a mapping of keys to values, not "
-            f"{type(value).__name__}"
+            f"'{where}' in {source} must be a mapping of keys to values, not {type(value).__name__}"
         )
     return value
 

@@ -5,6 +5,7 @@ Each check returns a CheckResult and never raises: whatever is broken, the table
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -203,7 +204,7 @@ def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
     """A check that hits something unforeseen still yields a row, never a traceback."""
     try:
         return check()
-    except Exception as exc:  # noqa: BLE001 - doctor must report, whatever is broken
+    except Exception as exc:
         return _failed(name, f"the check itself failed: {type(exc).__name__}: {exc}",
                        "Run with --debug and report this as a dockerarch bug.")  # fmt: skip
 
@@ -214,9 +215,12 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
     results = [
         daemon,
         _guarded("buildx", check_buildx),
-        *(_guarded(f"binfmt {a}", lambda a=a: check_binfmt(a, entries)) for a in arm_probe.PROBES),
+        *(
+            _guarded(f"binfmt {a}", functools.partial(check_binfmt, a, entries))
+            for a in arm_probe.PROBES
+        ),
         _guarded("builder platforms", lambda: check_builder(daemon.ok)),
-        *(_guarded(f"run {a} binary", lambda a=a: check_runs(a)) for a in arm_probe.PROBES),
+        *(_guarded(f"run {a} binary", functools.partial(check_runs, a)) for a in arm_probe.PROBES),
         _guarded("registry", lambda: check_registry(registry)),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib)),
     ]

@@ -172,7 +172,9 @@ def image_labels(reference: str, context: str | None = None) -> tuple[str, dict[
     except NoSuchImage:
         return None
     except DockerException as exc:
-        raise EngineError(f"Cannot inspect image {reference}: {_whales_error(exc)}", fix=START_HINT) from exc
+        raise EngineError(
+            f"Cannot inspect image {reference}: {_whales_error(exc)}", fix=START_HINT
+        ) from exc
     return str(image.id), dict(image.config.labels or {})
 
 
@@ -207,7 +209,7 @@ def import_rootfs(
         raise EngineError(
             f"Importing the root filesystem as {tag} ({platform}) failed: {_whales_error(exc)}"
         ) from exc
-    if image is None:
+    if image is None or isinstance(image, Iterator):
         raise EngineError(f"buildx loaded no image for {tag}")
     return str(image.id)
 
@@ -297,22 +299,28 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
         kwargs["push"] = True
         kwargs["tags"] = [spec.push_tag]
     if spec.cache_from:  # python-on-whales takes a list of dicts: "type=registry,ref=R" -> {...}
-        kwargs["cache_from"] = [dict(kv.split("=", 1) for kv in c.split(",")) for c in spec.cache_from]
+        kwargs["cache_from"] = [
+            dict(kv.split("=", 1) for kv in c.split(",")) for c in spec.cache_from
+        ]
     if spec.cache_to:
         kwargs["cache_to"] = spec.cache_to
+    contexts: dict[str, str | Path] = dict(spec.build_contexts or {})
     try:
-        yield from client(spec.node_context).buildx.build(
+        lines = client(spec.node_context).buildx.build(
             context_path=spec.context_dir,
             platforms=[spec.platform],
             target=spec.stage,
             secrets=list(spec.secrets),
             cache=spec.cache,
-            build_contexts=spec.build_contexts or {},
+            build_contexts=contexts,
             build_args=spec.build_args or {},
             progress="plain",
             stream_logs=True,
             **kwargs,  # type: ignore[arg-type]
         )
+        if not isinstance(lines, Iterator):  # stream_logs=True always gives the lines
+            raise EngineError("docker buildx build gave no progress to follow")
+        yield from lines
     except DockerException as exc:
         raise BuildFailed(f"docker buildx build exited with code {exc.return_code}") from exc
 
@@ -321,7 +329,9 @@ class BuildFailed(EngineError):
     """A build step failed; the caller has the log and reports the failing step."""
 
 
-def run_in_image(image: str, platform: str, command: str, context: str | None = None) -> tuple[int, str]:
+def run_in_image(
+    image: str, platform: str, command: str, context: str | None = None
+) -> tuple[int, str]:
     """Run ``sh -c command`` in a throw-away container; (exit code, output)."""
     from python_on_whales.exceptions import DockerException
 
@@ -341,7 +351,10 @@ def copy_image(reference: str, to_context: str) -> None:
     from python_on_whales.exceptions import DockerException
 
     try:
-        client(to_context).image.load(client().image.save(reference))
+        saved = client().image.save(reference)
+        if saved is None:
+            raise EngineError(f"'docker save {reference}' gave no data")
+        client(to_context).image.load(saved)
     except DockerException as exc:
         raise EngineError(
             f"Copying {reference} to builder node '{to_context}' failed: {_whales_error(exc)}",

@@ -24,8 +24,7 @@ def _dirs(kind: str) -> list[Path]:
     builtin = BUILTIN_ROOT / kind
     if not builtin.is_dir():
         raise ConfigError(
-            f"The built-in {kind}/ directory is missing beside the dockerarch package "
-            f"({builtin})",
+            f"The built-in {kind}/ directory is missing beside the dockerarch package ({builtin})",
             fix="Install dockerarch from its source checkout (scripts/setup-host does: "
             "pip install -e .).",
         )

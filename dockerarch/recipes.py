@@ -128,7 +128,9 @@ def parse_package_spec(text: str) -> PackageSpec:
         )
     specs = found.group("specs") or ""
     pinned = re.fullmatch(r"===?([A-Za-z0-9.+!_-]+)", specs)
-    return PackageSpec(spec=spec, name=found.group("name"), version=pinned.group(1) if pinned else None)
+    return PackageSpec(
+        spec=spec, name=found.group("name"), version=pinned.group(1) if pinned else None
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +161,9 @@ class Recipe:
 
     def check_target(self, target: BoardTarget) -> None:
         if not self.supports(target):
-            scope = ", ".join(self.targets) if self.targets else "targets of " + "/".join(self.arches)
+            scope = (
+                ", ".join(self.targets) if self.targets else "targets of " + "/".join(self.arches)
+            )
             raise UsageError(
                 f"Recipe '{self.name}' does not build for target '{target.name}' "
                 f"({target.arch.name})",
@@ -205,7 +209,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--set '{pair}' is not KEY=VALUE", fix="Write it like --set MAX_JOBS=2.")
+            raise UsageError(
+                f"--set '{pair}' is not KEY=VALUE", fix="Write it like --set MAX_JOBS=2."
+            )
         result[key.strip()] = value.strip()
     return result
 
@@ -272,16 +278,22 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
     arches = _strings(top.get("arches"), "arches", source) or ARM_ARCHES
     for arch in arches:
         if arch not in ARM_ARCHES:
-            raise ConfigError(f"'arches' in {source} lists '{arch}'; valid: {', '.join(ARM_ARCHES)}")
+            raise ConfigError(
+                f"'arches' in {source} lists '{arch}'; valid: {', '.join(ARM_ARCHES)}"
+            )
     for list_name in ("apt", "runtime_apt"):
         for pkg in _strings(top.get(list_name), list_name, source):
             if not _APT_NAME.match(pkg):
-                raise ConfigError(f"'{list_name}' in {source} lists {pkg!r}, not a Debian package name")
+                raise ConfigError(
+                    f"'{list_name}' in {source} lists {pkg!r}, not a Debian package name"
+                )
     package = top.get("package", "none")
     if package not in ("none", "required"):
         raise ConfigError(f"'package' in {source} must be 'none' or 'required'")
     template_name = str(top.get("template", f"{name}.Dockerfile.j2"))
-    template = next((d / template_name for d in template_dirs if (d / template_name).is_file()), None)
+    template = next(
+        (d / template_name for d in template_dirs if (d / template_name).is_file()), None
+    )
     if template is None:
         raise ConfigError(
             f"Recipe '{name}' ({source}) has no template {template_name} in "
@@ -293,10 +305,14 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise ConfigError(f"'versions.pattern' in {source} is not a regular expression: {exc}")
+        raise ConfigError(
+            f"'versions.pattern' in {source} is not a regular expression: {exc}"
+        ) from exc
     for v in (*known, *([str(default)] if default is not None else [])):
         if not re.fullmatch(pattern, v):
-            raise ConfigError(f"Version '{v}' in {source} does not match versions.pattern {pattern}")
+            raise ConfigError(
+                f"Version '{v}' in {source} does not match versions.pattern {pattern}"
+            )
     recipe = Recipe(
         name=name,
         description=str(top.get("description", name)),

@@ -113,7 +113,10 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
     from jinja2 import TemplateError as JinjaError
     from jinja2 import TemplateNotFound
 
-    paths = (request.recipe.template.parent, *[p for p in search_path if p != request.recipe.template.parent])
+    paths = (
+        request.recipe.template.parent,
+        *[p for p in search_path if p != request.recipe.template.parent],
+    )
     env = _environment(tuple(paths))
     target = request.target
     recipe = request.recipe

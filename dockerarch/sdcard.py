@@ -211,7 +211,9 @@ def root_partition(parts: list[Partition], original: Path, choose: int | None) -
     linux = [p for p in parts if p.linux]
     if not linux:
         if any(p.type in MBR_LINUX | set(GPT_LINUX) for p in parts):
-            raise _corrupt(original, f"its Linux partition holds no readable filesystem ({listing})")
+            raise _corrupt(
+                original, f"its Linux partition holds no readable filesystem ({listing})"
+            )
         raise UsageError(
             f"{original} has no Linux root partition ({listing or 'no partitions'})",
             fix="Give the image of a Linux board (its root is an ext4 partition, type 83 in MBR "
@@ -247,7 +249,9 @@ def archive_partition(image: Path, part: Partition, out: Path, original: Path) -
         out.unlink(missing_ok=True)
         tail = " / ".join(exc.output.strip().splitlines()[-4:])
         if "mount" in tail or "superblock" in tail:
-            raise _corrupt(original, f"partition {part.number} ({part.fstype}) does not mount: {tail}") from exc
+            raise _corrupt(
+                original, f"partition {part.number} ({part.fstype}) does not mount: {tail}"
+            ) from exc
         raise CommandFailedError(
             f"Reading partition {part.number} of {original} failed: {tail}",
             fix="Check the image is intact; run with --debug to see the command.",

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("Interrupted.", err=True)
         sys.exit(INTERRUPTED_EXIT)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+    except Exception as exc:
         if debug:
             traceback.print_exc()
         typer.echo(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,7 +32,8 @@ def bootstrap(
         str | None, typer.Option("--include", help="Extra packages, comma-separated.")
     ] = None,
     snapshot: Annotated[
-        str | None, typer.Option("--snapshot", help="A dated snapshot mirror URI, for reproducibility.")
+        str | None,
+        typer.Option("--snapshot", help="A dated snapshot mirror URI, for reproducibility."),
     ] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Rebuild even when cached.")] = False,
     push: Annotated[
@@ -50,8 +51,13 @@ def bootstrap(
         request = base.make_request(
             board, suite=suite, mirror=mirror, keyring=keyring, include=extra, snapshot=snapshot
         )
-        typer.echo(f"{board.name}: {request.tag} ({board.platform}) from {request.snapshot or request.mirror} {request.suite}", err=True)
-        result = base.bootstrap(request, refresh=refresh, push_to=registry, progress=_progress(board.name))
+        typer.echo(
+            f"{board.name}: {request.tag} ({board.platform}) from {request.snapshot or request.mirror} {request.suite}",
+            err=True,
+        )
+        result = base.bootstrap(
+            request, refresh=refresh, push_to=registry, progress=_progress(board.name)
+        )
         _report(board.name, result)
 
 
@@ -68,22 +74,31 @@ def _progress(name: str) -> Callable[[str], None]:
 def _report(name: str, result: base_module.BaseResult) -> None:
     how = "cached" if result.cached else "made"
     pushed = f", pushed {result.pushed}" if result.pushed else ""
-    typer.echo(f"{name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}")
+    typer.echo(
+        f"{name}: {how} {result.tag} {result.image_id[:19]} in {result.seconds:.1f} s{pushed}"
+    )
     if result.note:
         typer.echo(f"{name}: {result.note}", err=True)
 
 
 @app.command("import-img")
 def import_img(
-    image: Annotated[Path, typer.Argument(help="The SD-card image: .img, .img.zip, .img.xz or .img.gz.")],
-    target: Annotated[str, typer.Option("--target", "-t", help="The board target it is the base of.")],
+    image: Annotated[
+        Path, typer.Argument(help="The SD-card image: .img, .img.zip, .img.xz or .img.gz.")
+    ],
+    target: Annotated[
+        str, typer.Option("--target", "-t", help="The board target it is the base of.")
+    ],
     partition: Annotated[
-        int | None, typer.Option("--partition", help="Partition number (default: the largest Linux one).")
+        int | None,
+        typer.Option("--partition", help="Partition number (default: the largest Linux one)."),
     ] = None,
     tag: Annotated[
         str | None, typer.Option("--tag", help="Image tag (default: the target's base image).")
     ] = None,
-    refresh: Annotated[bool, typer.Option("--refresh", help="Import again even when cached.")] = False,
+    refresh: Annotated[
+        bool, typer.Option("--refresh", help="Import again even when cached.")
+    ] = False,
     push: Annotated[
         bool, typer.Option("--push/--no-push", help="Also push to the registry of registry.yaml.")
     ] = True,
@@ -98,8 +113,13 @@ def import_img(
     registry = load_registry_config().address if push else None
     progress = _progress(board.name)
     request = base.make_image_import(board, image, partition=partition, tag=tag, progress=progress)
-    typer.echo(f"{board.name}: {request.tag} ({board.platform}) from {image} sha256:{request.image_sha256[:16]}", err=True)
-    _report(board.name, base.import_image(request, refresh=refresh, push_to=registry, progress=progress))
+    typer.echo(
+        f"{board.name}: {request.tag} ({board.platform}) from {image} sha256:{request.image_sha256[:16]}",
+        err=True,
+    )
+    _report(
+        board.name, base.import_image(request, refresh=refresh, push_to=registry, progress=progress)
+    )
 
 
 @app.command("ls")
@@ -114,7 +134,7 @@ def list_bases(
     from dockerarch.cli.output import columns
 
     images = engine.images_labelled(LABEL_PREFIX)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "tags": [t for t in i.tags if not t.startswith(tuple("0123456789"))] or list(i.tags),
             "platform": i.platform,

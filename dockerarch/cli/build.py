@@ -13,7 +13,8 @@ import typer
 def build(
     recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
     arch: Annotated[
-        str | None, typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list: armv7,aarch64.")
+        str | None,
+        typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list: armv7,aarch64."),
     ] = None,
     target: Annotated[
         str | None, typer.Option("--target", "-t", help="Board targets, e.g. rpi3 or rpi3,pynq-zu.")
@@ -21,7 +22,9 @@ def build(
     version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
     package: Annotated[
         str | None,
-        typer.Option("--package", "-p", help="wheel recipe: 'NAME==VERSION', or a source directory."),
+        typer.Option(
+            "--package", "-p", help="wheel recipe: 'NAME==VERSION', or a source directory."
+        ),
     ] = None,
     settings: Annotated[
         list[str] | None,
@@ -32,7 +35,8 @@ def build(
         str | None, typer.Option("--builder", help="Force a builder node ('local': this machine).")
     ] = None,
     fallback_qemu: Annotated[
-        bool, typer.Option("--fallback-qemu", help="Build locally when a native node does not answer.")
+        bool,
+        typer.Option("--fallback-qemu", help="Build locally when a native node does not answer."),
     ] = False,
     no_cache: Annotated[
         bool,
@@ -43,7 +47,10 @@ def build(
         ),
     ] = False,
     smoke: Annotated[
-        bool, typer.Option("--smoke/--no-smoke", help="Install and try the artifacts in the runtime image.")
+        bool,
+        typer.Option(
+            "--smoke/--no-smoke", help="Install and try the artifacts in the runtime image."
+        ),
     ] = True,
     accel: Annotated[
         str,
@@ -54,7 +61,8 @@ def build(
         ),
     ] = "hybrid",
     ccache: Annotated[
-        bool, typer.Option("--ccache/--no-ccache", help="Hybrid builds: keep a compiler cache (ccache).")
+        bool,
+        typer.Option("--ccache/--no-ccache", help="Hybrid builds: keep a compiler cache (ccache)."),
     ] = True,
     registry_cache: Annotated[
         bool | None,
@@ -98,7 +106,10 @@ def build(
     def progress(name: str, line: str) -> None:
         elapsed = time.monotonic() - started
         with lock:
-            typer.echo(f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {line}", err=True)
+            typer.echo(
+                f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {line}",
+                err=True,
+            )
 
     names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
     typer.echo(f"building {requests[0].recipe.name} {requests[0].version} for {names}", err=True)
@@ -108,7 +119,10 @@ def build(
         if result.error is None:
             for path in result.artifacts:
                 typer.echo(str(path))
-            typer.echo(f"{result.target}: verified in {result.seconds:.0f} s -> {result.directory}", err=True)
+            typer.echo(
+                f"{result.target}: verified in {result.seconds:.0f} s -> {result.directory}",
+                err=True,
+            )
     for result in failed:
         error = result.error
         assert error is not None
@@ -126,4 +140,4 @@ def build(
 
             traceback.print_exception(error.__cause__)
     if failed:
-        raise typer.Exit(max(r.error.exit_code for r in failed if r.error))  # type: ignore[union-attr]
+        raise typer.Exit(max(r.error.exit_code for r in failed if r.error is not None))

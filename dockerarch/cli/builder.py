@@ -6,17 +6,21 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Native ARM builder nodes: builds for their platforms run there, not under QEMU.")
+app = typer.Typer(
+    help="Native ARM builder nodes: builds for their platforms run there, not under QEMU."
+)
 
 
 @app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="A name for the node.")],
     endpoint: Annotated[
-        str, typer.Argument(help="ssh://USER@HOST, tcp://HOST:PORT, unix:///PATH or a docker context.")
+        str,
+        typer.Argument(help="ssh://USER@HOST, tcp://HOST:PORT, unix:///PATH or a docker context."),
     ],
     platform: Annotated[
-        list[str], typer.Option("--platform", help="A platform it builds natively; repeatable or comma list.")
+        list[str],
+        typer.Option("--platform", help="A platform it builds natively; repeatable or comma list."),
     ],
 ) -> None:
     """Register a native node (a Docker engine on an ARM machine)."""
@@ -40,10 +44,19 @@ def list_nodes() -> None:
     rows = [("NAME", "PLATFORMS", "ENDPOINT", "STATUS")]
     local = engine.current_builder()
     emulated = [p for p in local.platforms if p in builders.NATIVE_PLATFORMS]
-    rows.append((builders.LOCAL, ", ".join(emulated) + " (QEMU), linux/amd64", engine.docker_host(), "ok"))
+    rows.append(
+        (builders.LOCAL, ", ".join(emulated) + " (QEMU), linux/amd64", engine.docker_host(), "ok")
+    )
     for node in builders.nodes():
         why = builders.answers(node)
-        rows.append((node.name, ", ".join(node.platforms), node.endpoint, "ok" if why is None else f"DOWN: {why}"))
+        rows.append(
+            (
+                node.name,
+                ", ".join(node.platforms),
+                node.endpoint,
+                "ok" if why is None else f"DOWN: {why}",
+            )
+        )
     typer.echo(columns(rows))
 
 

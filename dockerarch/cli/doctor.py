@@ -53,7 +53,9 @@ def render_table(results: list[CheckResult]) -> str:
     passed = sum(r.ok for r in results)
     failed = [r for r in results if r.required and not r.ok]
     summary = f"{passed} of {len(results)} checks passed"
-    summary += "; this machine is ready to build for ARM." if not failed else (
-        f"; {len(failed)} required check{'s' if len(failed) > 1 else ''} failed."
+    summary += (
+        "; this machine is ready to build for ARM."
+        if not failed
+        else (f"; {len(failed)} required check{'s' if len(failed) > 1 else ''} failed.")
     )
     return "\n".join([*lines, "", summary])

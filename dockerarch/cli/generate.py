@@ -28,7 +28,10 @@ def generate(
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
     accel: Annotated[
-        str, typer.Option("--accel", help="'hybrid' (native cross compilers, build's default) or 'none'.")
+        str,
+        typer.Option(
+            "--accel", help="'hybrid' (native cross compilers, build's default) or 'none'."
+        ),
     ] = "hybrid",
 ) -> None:
     """Render the Dockerfile for RECIPE and one target."""

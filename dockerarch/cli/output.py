@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
-def columns(rows: list[tuple[str, ...]]) -> str:
+
+def columns(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows aligned in columns; the last column is left unpadded (it holds long text)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,11 +18,13 @@ def recipes(
 
     targets = load_targets()
     found = load_recipes()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in found.values():
         supported = [t.name for t in targets.values() if r.supports(t)]
-        versions = "--package SPEC" if r.needs_package else ", ".join(
-            f"{v}*" if v == r.default_version else v for v in r.versions
+        versions = (
+            "--package SPEC"
+            if r.needs_package
+            else ", ".join(f"{v}*" if v == r.default_version else v for v in r.versions)
         )
         rows.append({
             "name": r.name, "versions": versions, "default_version": r.default_version,

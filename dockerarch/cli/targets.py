@@ -51,4 +51,3 @@ def show(
         return
     width = max(map(len, values))
     typer.echo("\n".join(f"{key:<{width}}  {value}" for key, value in values.items()))
-

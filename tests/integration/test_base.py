@@ -60,7 +60,7 @@ def test_base_ls_lists_them_with_their_source(bootstrapped: str) -> None:
 
 
 def test_bases_are_in_the_registry(bootstrapped: str) -> None:
-    for tag, platform, _, _ in BASES.values():
+    for tag, _, _, _ in BASES.values():
         remote = f"127.0.0.1:5000/{tag}"
         assert f"pushed {remote}" in bootstrapped
         manifest = subprocess.run(

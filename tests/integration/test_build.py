@@ -58,7 +58,9 @@ def test_demo_build_lands_verified_wheels(
         "wheel", "0.23.0", target, platform)  # fmt: skip
     assert data["accel"] == "hybrid" and data["builder"]["name"] == "local"  # type: ignore[index]
     hybrid = data["hybrid"]
-    assert hybrid["compiles"] >= 1 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]  # type: ignore[index]
+    assert (
+        hybrid["compiles"] >= 1 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]
+    )  # type: ignore[index]
     (artifact,) = data["artifacts"]  # type: ignore[misc]
     assert artifact["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert artifact["elf_files"] >= 1
@@ -69,17 +71,25 @@ def test_demo_build_lands_verified_wheels(
     # The sdist was fetched natively and built by the grafted uv; only the wheel landed.
     log = (result / "build.log").read_text()
     assert "fetch-sdist 'zstandard==0.23.0'" in log and "uv build --wheel" in log
-    assert sorted(p.name for p in result.iterdir()) == sorted([wheel.name, "build.log", "manifest.json"])
+    assert sorted(p.name for p in result.iterdir()) == sorted(
+        [wheel.name, "build.log", "manifest.json"]
+    )
     assert not [p for p in (out / target).iterdir() if p.name.startswith(".")], "temporary left"
 
 
-def test_unchanged_rebuild_runs_no_step(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_unchanged_rebuild_runs_no_step(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     out, _ = demo
     again = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch", "armv7",
                        "--out", str(out), timeout=900)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     log = (out / "debian-armv7" / "zstandard-0.23.0" / "build.log").read_text()
-    steps = {line.split(" ", 1)[0] for line in log.splitlines() if " [build " in line and "] RUN " in line}
+    steps = {
+        line.split(" ", 1)[0]
+        for line in log.splitlines()
+        if " [build " in line and "] RUN " in line
+    }
     cached = {line.split(" ", 1)[0] for line in log.splitlines() if line.endswith(" CACHED")}
     assert steps and steps <= cached, "an unchanged rebuild re-ran a build step"
 
@@ -117,9 +127,19 @@ def test_c_and_cxx_extensions_build_hybrid_and_run_on_both_arches(arch: str, cex
     data = manifest(result)
     assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyxx"
     (artifact,) = data["artifacts"]  # type: ignore[misc]
-    assert artifact["elf_files"] == 2 and artifact["needs_glibcxx"]  # the C++ module needs libstdc++
+    assert (
+        artifact["elf_files"] == 2 and artifact["needs_glibcxx"]
+    )  # the C++ module needs libstdc++
     # The C++ module runs on the target, exceptions and all.
-    assert run_cext(data["image"]["tag"], platform) == [uname, "5", "a,b,c", "49", "caught", "negative:", "-2"]  # type: ignore[index]
+    assert run_cext(data["image"]["tag"], platform) == [
+        uname,
+        "5",
+        "a,b,c",
+        "49",
+        "caught",
+        "negative:",
+        "-2",
+    ]  # type: ignore[index]
 
 
 @pytest.mark.parametrize("arch", sorted(TARGETS))
@@ -151,7 +171,14 @@ def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -
     assert data["accel"] == "qemu" and data["hybrid"] is None
     assert data["smoke"] == "imported tinyext tinyxx"
     assert "dockerarch hybrid" not in (result / "build.log").read_text()
-    assert run_cext(data["image"]["tag"], "linux/arm64")[1:] == ["5", "a,b,c", "49", "caught", "negative:", "-2"]  # type: ignore[index]
+    assert run_cext(data["image"]["tag"], "linux/arm64")[1:] == [
+        "5",
+        "a,b,c",
+        "49",
+        "caught",
+        "negative:",
+        "-2",
+    ]  # type: ignore[index]
     (plain,) = result.glob("*.whl")
     (hybrid,) = (cext / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl")
     with zipfile.ZipFile(plain) as a, zipfile.ZipFile(hybrid) as b:
@@ -162,7 +189,9 @@ def test_verify_rejects_wrong_arch_and_too_new_glibc(cext: Path) -> None:
     wheel = next((cext / "debian-aarch64").glob("*/*.whl"))
     wrong = dockerarch("verify", str(wheel), "--arch", "armv7")
     assert wrong.returncode == 7
-    assert "is tagged linux_aarch64, but target 'debian-armv7' needs linux_armv7l" in " ".join(wrong.stderr.split())
+    assert "is tagged linux_aarch64, but target 'debian-armv7' needs linux_armv7l" in " ".join(
+        wrong.stderr.split()
+    )
     renamed = wheel.parent.parent / wheel.name.replace("linux_aarch64", "linux_armv7l")
     shutil.copy(wheel, renamed)  # the tag lies: the ELF check still catches it
     lying = dockerarch("verify", str(renamed), "--arch", "armv7")
@@ -171,7 +200,9 @@ def test_verify_rejects_wrong_arch_and_too_new_glibc(cext: Path) -> None:
         in " ".join(lying.stderr.split())  # fmt: skip
     old = dockerarch("verify", str(wheel), "--target", "pynq-zu")  # Ubuntu 22.04: glibc 2.35
     assert old.returncode == 7
-    assert "needs GLIBC_2.36, but target 'pynq-zu' ships GLIBC_2.35 at most" in " ".join(old.stderr.split())
+    assert "needs GLIBC_2.36, but target 'pynq-zu' ships GLIBC_2.35 at most" in " ".join(
+        old.stderr.split()
+    )
     assert "Traceback" not in wrong.stderr + lying.stderr + old.stderr
     fine = dockerarch("verify", str(wheel), "--arch", "aarch64")
     assert fine.returncode == 0 and "needs GLIBC_2.36" in fine.stdout
@@ -207,7 +238,9 @@ def offline_project(path: Path) -> Path:
 
 def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Path) -> None:
     offline_project(tmp_path)
-    good = dockerarch("build", "broken", "--arch", "armv7", "--out", "dist", cwd=tmp_path, timeout=900)
+    good = dockerarch(
+        "build", "broken", "--arch", "armv7", "--out", "dist", cwd=tmp_path, timeout=900
+    )
     assert good.returncode == 0, good.stderr
     result = tmp_path / "dist" / "debian-armv7" / "broken-1.0"
     before = {p.name: p.read_bytes() for p in result.iterdir()}
@@ -220,7 +253,9 @@ def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Pa
     assert "error: debian-armv7: the build failed at [build " in text
     assert "error: the compiler broke" in bad.stderr and "compiling step one of yes" in bad.stderr
     log = tmp_path / "dist" / "debian-armv7" / "broken-1.0.failed.log"
-    assert f"full log: {log.relative_to(tmp_path)}" in bad.stderr or f"full log: {log}" in bad.stderr
+    assert (
+        f"full log: {log.relative_to(tmp_path)}" in bad.stderr or f"full log: {log}" in bad.stderr
+    )
     assert "error: the compiler broke" in log.read_text()
     assert {p.name: p.read_bytes() for p in result.iterdir()} == before
     assert "Traceback" not in bad.stderr
@@ -230,13 +265,17 @@ def test_failed_build_reports_the_step_and_keeps_the_earlier_result(tmp_path: Pa
 def test_make_and_cmake_builds_compile_natively(arch: str, tmp_path: Path) -> None:
     target, _, _, uname = TARGETS[arch]
     project = REPO / "tests" / "fixtures" / "toolsproject"
-    done = dockerarch("build", "tools", "--arch", arch, "--out", str(tmp_path), cwd=project, timeout=3600)
+    done = dockerarch(
+        "build", "tools", "--arch", arch, "--out", str(tmp_path), cwd=project, timeout=3600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = manifest(tmp_path / target / "tools-1.0")
     assert data["accel"] == "hybrid" and data["smoke"] == f"hello from cmake on {uname}, sum 55"
     hybrid = data["hybrid"]
     # make's hello.c, cmake's compiler checks and hello.cpp: all through the native driver.
-    assert hybrid["compiles"] >= 2 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]  # type: ignore[index]
+    assert (
+        hybrid["compiles"] >= 2 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]
+    )  # type: ignore[index]
     (artifact,) = data["artifacts"]  # type: ignore[misc]
     assert artifact["elf_files"] == 2  # both programs verified as the target's code
 
@@ -255,7 +294,9 @@ def test_hybrid_that_cannot_apply_says_so_once_and_emulates(tmp_path: Path) -> N
     project = tmp_path / "project"
     shutil.copytree(REPO / "tests" / "fixtures" / "toolsproject", project)
     (project / "targets.yaml").write_text(OLD_GCC_TARGET)
-    done = dockerarch("build", "tools", "--target", "oldgcc", "--out", "dist", cwd=project, timeout=3600)
+    done = dockerarch(
+        "build", "tools", "--target", "oldgcc", "--out", "dist", cwd=project, timeout=3600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = " ".join(done.stderr.split())
     note = ("no hybrid build for oldgcc: Debian bookworm has no gcc-9-aarch64-linux-gnu, g++-9-aarch64-linux-gnu "
@@ -304,7 +345,9 @@ def images_on(endpoint: str) -> list[str]:
     return listed.stdout.split()
 
 
-def test_native_node_builds_its_platform(node: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+def test_native_node_builds_its_platform(
+    node: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
     endpoint, _ = node
     listed = dockerarch("builder", "ls")
     row = next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
@@ -315,14 +358,21 @@ def test_native_node_builds_its_platform(node: tuple[str, subprocess.Popen[bytes
     assert done.returncode == 0, done.stderr[-3000:]
     data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
     assert data["builder"] == {"name": "testnode", "endpoint": endpoint}
-    assert data["accel"] == "native" and data["smoke"] == "imported tinyext tinyxx" and data["hybrid"] is None
+    assert (
+        data["accel"] == "native"
+        and data["smoke"] == "imported tinyext tinyxx"
+        and data["hybrid"] is None
+    )
     # The base was copied there, and the build and its runtime image exist only there.
     on_node = images_on(endpoint)
     assert "dockerarch/base/debian-aarch64:bookworm" in on_node
     assert "dockerarch/dockerarch_tinyext:1.0.0-debian-aarch64" in on_node
     assert "dockerarch/base/debian-armv7:bookworm" not in on_node
     # armv7 is not the node's platform: it built locally, in the same run.
-    assert manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"] == "local"  # type: ignore[index]
+    assert (
+        manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"]
+        == "local"
+    )  # type: ignore[index]
 
 
 def test_a_node_that_does_not_answer_fails_unless_fallback(
@@ -331,12 +381,16 @@ def test_a_node_that_does_not_answer_fails_unless_fallback(
     _, daemon = node
     stop(daemon)
     listed = dockerarch("builder", "ls")
-    assert "DOWN" in next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
+    assert "DOWN" in next(
+        line for line in listed.stdout.splitlines() if line.startswith("testnode")
+    )
     offline_project(tmp_path)
     down = dockerarch("build", "broken", "--arch", "aarch64", "--out", "dist", cwd=tmp_path)
     assert down.returncode == 4, down.stderr
     text = " ".join(down.stderr.split())
-    assert "Builder node 'testnode'" in text and "--fallback-qemu" in text and "Traceback" not in text
+    assert (
+        "Builder node 'testnode'" in text and "--fallback-qemu" in text and "Traceback" not in text
+    )
     assert not (tmp_path / "dist").exists()
     fallback = dockerarch("build", "broken", "--arch", "aarch64", "--out", "dist", "--fallback-qemu",
                           cwd=tmp_path, timeout=900)  # fmt: skip

@@ -90,7 +90,18 @@ def make_image(root: Path | None, out: Path, *, label: str) -> Path:
     if root is None:
         sh("mkfs.vfat", "-C", str(second), str(BOOT_MB * 1024))
     else:
-        sh("mke2fs", "-q", "-t", "ext4", "-d", str(root), "-L", "rootfs", str(second), f"{ROOT_MB}M")
+        sh(
+            "mke2fs",
+            "-q",
+            "-t",
+            "ext4",
+            "-d",
+            str(root),
+            "-L",
+            "rootfs",
+            str(second),
+            f"{ROOT_MB}M",
+        )
     second_mb = second.stat().st_size // MiB
     boot_type, linux_type = ("c", "83") if label == "dos" else (
         "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "0FC63DAF-8483-4772-8E79-3D69D8477DE4")  # fmt: skip
@@ -116,7 +127,9 @@ def images(rootfs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     tmp = tmp_path_factory.mktemp("images")
     mbr = make_image(rootfs, tmp / "board-mbr.img", label="dos")
     gpt = make_image(rootfs, tmp / "board-gpt.img", label="gpt")
-    with zipfile.ZipFile(tmp / "board-gpt.img.zip", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+    with zipfile.ZipFile(
+        tmp / "board-gpt.img.zip", "w", zipfile.ZIP_DEFLATED, compresslevel=1
+    ) as z:
         z.write(gpt, "board-gpt.img")
     with mbr.open("rb") as src, lzma.open(tmp / "board-mbr.img.xz", "wb", preset=0) as dst:
         while block := src.read(MiB):
@@ -167,7 +180,9 @@ def test_import_keeps_every_kind_of_file(
     assert f"sdcard-test: made {tag} " in done.stdout
     assert "Debian GNU/Linux 12 (bookworm) from partition 2" in done.stderr
 
-    arch = sh("docker", "image", "inspect", tag, "--format", "{{.Os}}/{{.Architecture}}/{{.Variant}}")
+    arch = sh(
+        "docker", "image", "inspect", tag, "--format", "{{.Os}}/{{.Architecture}}/{{.Variant}}"
+    )
     assert arch.stdout.strip() == "linux/arm/v7"
     entries = tar_of(tag, "linux/arm/v7", *CHECKED)
     assert entries["usr/local/bin/suid"].mode == 0o4755
@@ -221,7 +236,9 @@ def test_an_image_of_another_arch_is_refused(images: dict[str, Path], project: P
                       "sdcard-test-arm64", "--tag", "dockerarch-test/sdcard:wrong", "--no-push",
                       cwd=project, timeout=900)  # fmt: skip
     assert done.returncode == 2
-    assert "is armv7 (usr/bin/env), but target 'sdcard-test-arm64' is aarch64" in " ".join(done.stderr.split())
+    assert "is armv7 (usr/bin/env), but target 'sdcard-test-arm64' is aarch64" in " ".join(
+        done.stderr.split()
+    )
 
 
 def _bad_images(images: dict[str, Path], tmp: Path) -> dict[str, tuple[Path, str]]:
@@ -263,7 +280,9 @@ def test_interrupted_import_leaves_no_loop_device_or_mount(
     images: dict[str, Path], project: Path, unchanged_host: None
 ) -> None:
     image = images["mbr.img"]
-    earlier = set(sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split())
+    earlier = set(
+        sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split()
+    )
     child = subprocess.Popen(
         # env --default-signal: as from a terminal, even when this runs as a shell's background job
         # (which inherits SIGINT ignored, and Python then never raises KeyboardInterrupt)
@@ -274,8 +293,17 @@ def test_interrupted_import_leaves_no_loop_device_or_mount(
     )  # fmt: skip
     deadline = time.monotonic() + 120
     # a loop device of this run (an earlier test's may still be detaching)
-    while not set(sh("losetup", "--noheadings", "--output", "NAME", "--associated", str(image)).stdout.split()) - earlier:
-        assert child.poll() is None and time.monotonic() < deadline, "the loop device never appeared"
+    while (
+        not set(
+            sh(
+                "losetup", "--noheadings", "--output", "NAME", "--associated", str(image)
+            ).stdout.split()
+        )
+        - earlier
+    ):
+        assert child.poll() is None and time.monotonic() < deadline, (
+            "the loop device never appeared"
+        )
         time.sleep(0.05)
     child.send_signal(signal.SIGINT)  # while the root partition is mounted and being read
     _, stderr = child.communicate(timeout=120)

@@ -13,9 +13,7 @@ STATE = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
 
 
 def setup_host(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [SETUP, *args], capture_output=True, text=True, timeout=900, check=False
-    )
+    return subprocess.run([SETUP, *args], capture_output=True, text=True, timeout=900, check=False)
 
 
 def test_second_run_changes_nothing_and_says_so() -> None:

@@ -27,7 +27,12 @@ def _decide(target: str, *, recipe: str = "wheel", requested: str = "hybrid", ro
         ("debian-armv7", "arm-linux-gnueabihf", 12, "armhf"),
         ("debian-aarch64", "aarch64-linux-gnu", 12, "arm64"),
         ("rpi3", "arm-linux-gnueabihf", 12, "armhf"),
-        ("pynq-zu", "aarch64-linux-gnu", 11, "arm64"),  # Ubuntu 22.04 ships gcc 11: so does its toolchain
+        (
+            "pynq-zu",
+            "aarch64-linux-gnu",
+            11,
+            "arm64",
+        ),  # Ubuntu 22.04 ships gcc 11: so does its toolchain
         ("pynq-z1", "arm-linux-gnueabihf", 11, "armhf"),
     ],
 )
@@ -39,7 +44,11 @@ def test_hybrid_toolchain_matches_the_targets_triplet_and_gcc(
     toolchain = decision.toolchain
     assert toolchain is not None
     assert (toolchain.triplet, toolchain.gcc, toolchain.debian_arch) == (triplet, gcc, debian_arch)
-    assert toolchain.packages[:3] == (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"binutils-{triplet}")
+    assert toolchain.packages[:3] == (
+        f"gcc-{gcc}-{triplet}",
+        f"g++-{gcc}-{triplet}",
+        f"binutils-{triplet}",
+    )
     assert toolchain.base_image == AMD64.base_image
 
 
@@ -56,11 +65,17 @@ def test_a_missing_cross_compiler_falls_back_to_plain_qemu_saying_why() -> None:
 
 
 def test_a_recipe_that_needs_the_arm_compiler_builds_plain() -> None:
-    recipe = dataclasses.replace(RECIPES["qpulib"], no_hybrid="its Makefile calls /usr/bin/arm-linux-gnueabihf-gcc-12 -v and parses it")
+    recipe = dataclasses.replace(
+        RECIPES["qpulib"],
+        no_hybrid="its Makefile calls /usr/bin/arm-linux-gnueabihf-gcc-12 -v and parses it",
+    )
     decision = accel.decide(TARGETS["rpi3"], recipe, requested="hybrid", route_accel="qemu",
                             toolchain_base=AMD64, cross_available=lambda _p, _s: True)  # fmt: skip
     assert decision.accel == "qemu" and decision.toolchain is None
-    assert "recipe 'qpulib' compiles with the emulated ARM compiler (its Makefile calls" in decision.note
+    assert (
+        "recipe 'qpulib' compiles with the emulated ARM compiler (its Makefile calls"
+        in decision.note
+    )
 
 
 def test_a_recipe_without_a_compiler_has_nothing_to_graft() -> None:
@@ -84,7 +99,9 @@ ccache | 4.8+really4.7.5-1 | http://mirror.example.invalid/debian bookworm-updat
 """
 
 
-@pytest.mark.parametrize(("suite", "found"), [("bookworm", True), ("trixie", True), ("bullseye", False)])
+@pytest.mark.parametrize(
+    ("suite", "found"), [("bookworm", True), ("trixie", True), ("bullseye", False)]
+)
 def test_madison_output_is_read_per_suite(suite: str, found: bool) -> None:
     assert accel.madison_has(MADISON, suite) is found
     assert accel.madison_has("", suite) is False

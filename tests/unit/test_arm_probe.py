@@ -12,7 +12,18 @@ from dockerarch.arm_probe import EM_AARCH64, EM_ARM, MESSAGE, probe_executable
 def _header(data: bytes) -> dict[str, int]:
     is64 = data[4] == 2
     fmt = "<HHIQQQIHHHHHH" if is64 else "<HHIIIIIHHHHHH"
-    names = ["type", "machine", "version", "entry", "phoff", "shoff", "flags", "ehsize", "phentsize", "phnum"]
+    names = [
+        "type",
+        "machine",
+        "version",
+        "entry",
+        "phoff",
+        "shoff",
+        "flags",
+        "ehsize",
+        "phentsize",
+        "phnum",
+    ]
     return dict(zip(names, struct.unpack_from(fmt, data, 16), strict=False))
 
 
@@ -26,7 +37,9 @@ def _load_base(data: bytes) -> tuple[int, int]:
     return vaddr, h["entry"]
 
 
-@pytest.mark.parametrize(("arch", "elf_class", "machine"), [("armv7", 1, EM_ARM), ("aarch64", 2, EM_AARCH64)])
+@pytest.mark.parametrize(
+    ("arch", "elf_class", "machine"), [("armv7", 1, EM_ARM), ("aarch64", 2, EM_AARCH64)]
+)
 def test_headers(arch: str, elf_class: int, machine: int) -> None:
     data = probe_executable(arch)
     assert data[:4] == b"\x7fELF"

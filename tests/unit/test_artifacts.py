@@ -70,7 +70,9 @@ def test_a_wrong_platform_tag_is_refused(tag: str, tmp_path: Path) -> None:
 
 def test_compiled_code_in_an_any_wheel_is_refused(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "any", arm_probe.probe_executable("armv7"))
-    with pytest.raises(artifacts.VerificationError, match="holds 1 compiled files but is tagged 'any'"):
+    with pytest.raises(
+        artifacts.VerificationError, match="holds 1 compiled files but is tagged 'any'"
+    ):
         artifacts.verify(wheel, TARGETS["debian-armv7"])
 
 
@@ -96,7 +98,7 @@ def test_tarballs_and_debs_are_searched_for_elf_files(tmp_path: Path) -> None:
         info.size = len(program)
         tar.addfile(info, io.BytesIO(program))
     assert artifacts.verify(tarball, TARGETS["debian-aarch64"]).elf_files == 1
-    with pytest.raises(artifacts.VerificationError, match="libvaccel.so is aarch64 code"):
+    with pytest.raises(artifacts.VerificationError, match=r"libvaccel\.so is aarch64 code"):
         artifacts.verify(tarball, TARGETS["debian-armv7"])
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w:xz") as tar:

@@ -21,8 +21,7 @@ mask ffffffffffffff00fffffffffffffffffeffffff
 """
 JAR = """enabled
 interpreter /usr/bin/jexec
-flags: 
-extension .jar
+flags: \nextension .jar
 """
 
 

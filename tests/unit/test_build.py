@@ -40,13 +40,20 @@ def test_progress_follows_working_steps_and_finds_the_failing_one() -> None:
 def test_a_local_source_tree_is_a_package(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny-ext"\nversion = "1.2"\n')
     spec = parse_package_spec(str(tmp_path))
-    assert (spec.name, spec.version, spec.local, spec.dist_name) == ("tiny-ext", "1.2", tmp_path, "tiny_ext")
+    assert (spec.name, spec.version, spec.local, spec.dist_name) == (
+        "tiny-ext",
+        "1.2",
+        tmp_path,
+        "tiny_ext",
+    )
 
 
 def test_an_unpacked_setup_py_sdist_is_named_by_its_pkg_info(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
-    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: zstandard\nVersion: 0.23.0\n\nlong text\n")
+    (tmp_path / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: zstandard\nVersion: 0.23.0\n\nlong text\n"
+    )
     spec = parse_package_spec(str(tmp_path))
     assert (spec.name, spec.version, spec.local) == ("zstandard", "0.23.0", tmp_path)
 

@@ -55,7 +55,9 @@ def test_binfmt_no_entry_and_not_mounted(tmp_path: Path) -> None:
     missing = doctor.check_binfmt("aarch64", [_arm_entry(tmp_path)])
     assert not missing.ok and "no binfmt_misc entry runs aarch64" in missing.detail
     unmounted = doctor.check_binfmt("aarch64", None)
-    assert not unmounted.ok and unmounted.fix is not None and "mount -t binfmt_misc" in unmounted.fix
+    assert (
+        not unmounted.ok and unmounted.fix is not None and "mount -t binfmt_misc" in unmounted.fix
+    )
 
 
 def test_old_buildx_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +69,9 @@ def test_old_buildx_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builder_without_arm_platforms(monkeypatch: pytest.MonkeyPatch) -> None:
-    info = engine.BuilderInfo(name="default", driver="docker", platforms=("linux/amd64", "linux/arm64"))
+    info = engine.BuilderInfo(
+        name="default", driver="docker", platforms=("linux/amd64", "linux/arm64")
+    )
     monkeypatch.setattr(engine, "current_builder", lambda: info)
     result = doctor.check_builder(daemon_ok=True)
     assert not result.ok and "does not list linux/arm/v7" in result.detail
@@ -77,7 +81,9 @@ def test_builder_without_arm_platforms(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_daemon_failure_keeps_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     def dead() -> engine.DaemonInfo:
-        raise EngineError("No Docker daemon answers: the socket /x.sock does not exist", fix="Start it.")
+        raise EngineError(
+            "No Docker daemon answers: the socket /x.sock does not exist", fix="Start it."
+        )
 
     monkeypatch.setattr(engine, "daemon_info", dead)
     result = doctor.check_daemon()

@@ -54,11 +54,14 @@ def index() -> Iterator[str]:
             if self.path.startswith("/files/"):
                 body, kind = SDIST, "application/octet-stream"
             elif self.path == "/json/demo-pkg/":
-                body, kind = json.dumps({"files": FILES}).encode(), "application/vnd.pypi.simple.v1+json"
+                body, kind = (
+                    json.dumps({"files": FILES}).encode(),
+                    "application/vnd.pypi.simple.v1+json",
+                )
             elif self.path == "/html/demo-pkg/":
                 links = "".join(
                     f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}"{" data-yanked" if f["yanked"] else ""}>'
-                    f'{f["filename"]}</a>'
+                    f"{f['filename']}</a>"
                     for f in FILES
                 )
                 body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
@@ -115,5 +118,7 @@ def test_fetch_rejects_a_wrong_hash_and_leaves_nothing(index: str, tmp_path: Pat
 
 
 def test_fetch_says_what_matched_nothing(index: str, tmp_path: Path) -> None:
-    with pytest.raises(LookupError, match=r"/json/demo-pkg/ lists no source distribution matching 'demo-pkg>=3'"):
+    with pytest.raises(
+        LookupError, match=r"/json/demo-pkg/ lists no source distribution matching 'demo-pkg>=3'"
+    ):
         fetch_sdist.fetch(Requirement("demo-pkg>=3"), tmp_path, f"{index}/json/")

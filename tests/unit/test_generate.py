@@ -26,7 +26,13 @@ COMBINATIONS = [
 def _render(recipe: str, target: str, mode: str = "hybrid", **kw: object) -> str:
     """As `dockerarch generate` renders it (hybrid unless mode='none')."""
     package = "zstandard==0.23.0" if recipe == "wheel" else None
-    args: dict = {"arch": None, "target": target, "version": None, "package": package, "settings": {}}
+    args: dict = {
+        "arch": None,
+        "target": target,
+        "version": None,
+        "package": package,
+        "settings": {},
+    }
     args.update(kw)
     (request,) = plan(recipe, **args)
     return render(accel.for_generate(request, mode), paths.template_dirs())
@@ -54,7 +60,9 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
 
 
 @pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
-def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str, target: str) -> None:
+def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
+    recipe: str, target: str
+) -> None:
     text = _render(recipe, target)
     board = TARGETS[target]
     head, build = text.split(f"FROM {board.base_image} AS build\n")
@@ -62,14 +70,18 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(recipe: str
     artifacts, rest = rest.split("FROM scratch AS toolchain-log\n")
     log_stage, runtime = rest.split(f"FROM {board.base_image} AS runtime\n")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
-    assert "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS toolchain\n" in head
+    assert (
+        "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS toolchain\n" in head
+    )
     for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
                     f"binutils-{board.triplet}", "ccache"):  # fmt: skip
         assert f"        {package} \\\n" in head or f"        {package}\n" in head
     assert f"collect-toolchain {board.triplet} {board.gcc} {board.debian_arch} /toolchain" in head
     # The build stage installs no ARM compiler, grafts the native one before anything compiles,
     # compiles with ccache and ends with the report of where the compilers ran.
-    packages = re.findall(r"^ {8}(\S+)", build.split("COPY --from=toolchain", 1)[0], flags=re.MULTILINE)
+    packages = re.findall(
+        r"^ {8}(\S+)", build.split("COPY --from=toolchain", 1)[0], flags=re.MULTILINE
+    )
     assert "build-essential" not in packages and "gcc" not in packages and "g++" not in packages
     assert {"libc6-dev", "make"} <= set(packages)
     graft = build.index("COPY --from=toolchain /toolchain/ /")
@@ -103,9 +115,11 @@ def test_pypi_sdists_are_fetched_natively_and_built_with_uv_in_hybrid_builds(
     assert f"--target /opt/dockerarch-uv 'uv=={accel.UV_VERSION}'" in head
     assert "FROM toolchain AS sources\n" in head
     assert f"python3 /dockerarch/fetch-sdist '{spec}' /sdists/{dist}\n" in head
-    step = build[build.index("RUN --mount=type=bind,from=sources"):].split("\nRUN ")[0]
+    step = build[build.index("RUN --mount=type=bind,from=sources") :].split("\nRUN ")[0]
     assert f"from=sources,source=/sdists/{dist},target=/sdist" in step
-    assert "uv build --wheel --no-create-gitignore --out-dir /out" in step and step.endswith("/sdist/*")
+    assert "uv build --wheel --no-create-gitignore --out-dir /out" in step and step.endswith(
+        "/sdist/*"
+    )
     assert re.findall(r"--config-setting=(\S+)", step) == settings
     assert "id=dockerarch-uv-debian-armv7" in step and "id=dockerarch-ccache-debian-armv7" in step
     assert "ca-bundle" in step and "pip wheel" not in hybrid
@@ -122,7 +136,10 @@ def test_a_local_tree_is_built_with_uv_in_hybrid_builds() -> None:
     assert "AS sources" not in hybrid and "fetch-sdist" not in hybrid
     assert "uv build --wheel --no-create-gitignore --out-dir /out /src/package" in hybrid
     plain = _render("wheel", "debian-aarch64", "none", package=fixture)
-    assert "python3 -m pip wheel --no-deps --wheel-dir /out /src/package" in plain and "uv" not in plain
+    assert (
+        "python3 -m pip wheel --no-deps --wheel-dir /out /src/package" in plain
+        and "uv" not in plain
+    )
 
 
 def test_every_required_combination_is_covered() -> None:
@@ -156,15 +173,22 @@ def test_options_and_versions_change_the_output() -> None:
     cuda = _render("torch", "rpi3", settings={"USE_OPENCV": "1"})
     assert "libopencv-dev" in cuda and "USE_OPENCV=1" in cuda
     cmake = _render("vaccel", "rpi3", version="0.5.0")
-    assert "cmake -S . -B build" in cmake and "meson" not in cmake.split("AS build", 1)[1].split("apt-get install", 1)[0]
+    assert (
+        "cmake -S . -B build" in cmake
+        and "meson" not in cmake.split("AS build", 1)[1].split("apt-get install", 1)[0]
+    )
     noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
 
 
 def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys)
+    code, out, _ = run(
+        ["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys
+    )
     assert code == 0 and out == _render("wheel", "debian-armv7")
-    code, out, _ = run(["generate", "wheel", "-a", "armv7", "-p", "zstandard==0.23.0", "--accel", "none"], capsys)
+    code, out, _ = run(
+        ["generate", "wheel", "-a", "armv7", "-p", "zstandard==0.23.0", "--accel", "none"], capsys
+    )
     assert code == 0 and out == _render("wheel", "debian-armv7", "none")
     target = tmp_path / "Dockerfile"
     code, out, _err = run(["generate", "numpy", "-t", "rpi3", "-o", str(target)], capsys)
@@ -172,32 +196,58 @@ def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [p.name for p in tmp_path.iterdir()] == ["Dockerfile"]  # no temporary file left
 
 
-def test_failed_generate_leaves_the_old_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_failed_generate_leaves_the_old_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "Dockerfile"
     target.write_text("good\n")
-    code, _, _ = run(["generate", "numpy", "-t", "rpi3", "--set", "BLAS=mkl", "-o", str(target)], capsys)
+    code, _, _ = run(
+        ["generate", "numpy", "-t", "rpi3", "--set", "BLAS=mkl", "-o", str(target)], capsys
+    )
     assert code == 2 and target.read_text() == "good\n"
 
 
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["generate", "torhc", "--arch", "armv7"], 2, "Unknown recipe 'torhc'. Did you mean 'torch'?"),
-        (["generate", "torch", "--target", "rpi4"], 2, "Unknown target 'rpi4'. Did you mean 'rpi3'?"),
+        (
+            ["generate", "torhc", "--arch", "armv7"],
+            2,
+            "Unknown recipe 'torhc'. Did you mean 'torch'?",
+        ),
+        (
+            ["generate", "torch", "--target", "rpi4"],
+            2,
+            "Unknown target 'rpi4'. Did you mean 'rpi3'?",
+        ),
         (["generate", "torch", "--arch", "armv9"], 2, "Unknown arch 'armv9'"),
-        (["generate", "torch", "--arch", "armv7", "--version", "2.3.1;id"], 2, "not a valid version"),
+        (
+            ["generate", "torch", "--arch", "armv7", "--version", "2.3.1;id"],
+            2,
+            "not a valid version",
+        ),
         (["generate", "wheel", "--arch", "armv7", "--package", "x==1;id"], 2, "not a package spec"),
         (["generate", "wheel", "--arch", "armv7"], 2, "needs --package"),
-        (["generate", "torch", "--arch", "armv7", "--package", "x==1"], 2, "does not take --package"),
+        (
+            ["generate", "torch", "--arch", "armv7", "--package", "x==1"],
+            2,
+            "does not take --package",
+        ),
         (["generate", "torch", "--arch", "armv7", "--set", "USE_CUDA=$(id)"], 2, "USE_CUDA"),
         (["generate", "torch", "--arch", "armv7", "--set", "NOPE=1"], 2, "has no option 'NOPE'"),
         (["generate", "qpulib", "--target", "pynq-zu"], 2, "does not build for target 'pynq-zu'"),
         (["generate", "torch"], 2, "exactly one of --arch and --target"),
         (["targets", "show", "pynq"], 2, "Unknown target 'pynq'"),
-        (["generate", "torch", "--arch", "armv7", "--accel", "turbo"], 2, "--accel turbo is not a mode"),
+        (
+            ["generate", "torch", "--arch", "armv7", "--accel", "turbo"],
+            2,
+            "--accel turbo is not a mode",
+        ),
     ],
 )
-def test_bad_input(argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input(
+    argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     got, out, err = run(argv, capsys)
     assert got == code
     assert message in " ".join(err.split())
@@ -219,7 +269,11 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _template(project: Path, body: str) -> Path:
     path = project / "dockerfiles" / "hello.Dockerfile.j2"
-    path.write_text('{% extends "_partials/layout.Dockerfile.j2" %}\n{% block build %}\n' + body + "\n{% endblock %}\n")
+    path.write_text(
+        '{% extends "_partials/layout.Dockerfile.j2" %}\n{% block build %}\n'
+        + body
+        + "\n{% endblock %}\n"
+    )
     return path
 
 

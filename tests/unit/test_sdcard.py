@@ -79,7 +79,7 @@ def test_a_zip_without_exactly_one_image_is_refused(tmp_path: Path) -> None:
         archive.writestr("a.img", b"1")
         archive.writestr("b.img", b"2")
     with (
-        pytest.raises(UsageError, match="exactly one .img file; it holds a.img, b.img"),
+        pytest.raises(UsageError, match=r"exactly one \.img file; it holds a\.img, b\.img"),
         sdcard.raw_image(path, tmp_path, _collect([])),
     ):
         pass
@@ -101,7 +101,7 @@ def test_partition_choice_errors_list_the_partitions() -> None:
     with pytest.raises(UsageError, match="holds vfat, not a Linux root") as err:
         sdcard.root_partition(parts, Path("x.img"), 1)
     assert "partition 2: type 83, ext4, 4194 MB" in str(err.value)
-    with pytest.raises(UsageError, match="x.img has no partition 7"):
+    with pytest.raises(UsageError, match=r"x\.img has no partition 7"):
         sdcard.root_partition(parts, Path("x.img"), 7)
     with pytest.raises(UsageError, match="has no Linux root partition"):
         sdcard.root_partition([_part(1, 256, "vfat", "C")], Path("x.img"), None)
@@ -111,7 +111,10 @@ def test_partition_choice_errors_list_the_partitions() -> None:
 
 def _rootfs_tar(path: Path, program: bytes, os_release: str) -> Path:
     with tarfile.open(path, "w") as tar:
-        for name, data in (("./usr/bin/env", program), ("./usr/lib/os-release", os_release.encode())):
+        for name, data in (
+            ("./usr/bin/env", program),
+            ("./usr/lib/os-release", os_release.encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -133,7 +136,9 @@ def test_rootfs_arch_and_distro_come_from_its_files(arch: str, tmp_path: Path) -
 def test_soft_float_arm_userland_is_not_armv7(tmp_path: Path) -> None:
     program = bytearray(arm_probe.probe_executable("armv7"))
     program[36:40] = (0x05000200).to_bytes(4, "little")  # EABI5, soft-float: armel
-    facts = sdcard.inspect_rootfs(_rootfs_tar(tmp_path / "r.tar", bytes(program), ""), Path("b.img"))
+    facts = sdcard.inspect_rootfs(
+        _rootfs_tar(tmp_path / "r.tar", bytes(program), ""), Path("b.img")
+    )
     assert facts.arch is None and "armel" in facts.machine
 
 
@@ -147,7 +152,12 @@ def test_elf_facts_of_the_probes() -> None:
     arm = elf.read_facts(io.BytesIO(arm_probe.probe_executable("armv7")))
     assert (arm.machine, arm.arch, arm.elf_class, arm.hard_float) == ("EM_ARM", "armv7", 32, True)
     a64 = elf.read_facts(io.BytesIO(arm_probe.probe_executable("aarch64")))
-    assert (a64.machine, a64.arch, a64.elf_class, a64.hard_float) == ("EM_AARCH64", "aarch64", 64, None)
+    assert (a64.machine, a64.arch, a64.elf_class, a64.hard_float) == (
+        "EM_AARCH64",
+        "aarch64",
+        64,
+        None,
+    )
     assert a64.highest("GLIBC") is None  # static: needs nothing
 
 

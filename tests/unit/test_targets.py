@@ -36,8 +36,13 @@ def test_board_cpu_flags() -> None:
     targets = load_targets()
     assert "-mcpu=cortex-a53" in targets["rpi3"].cpu_flags
     assert "-mcpu=cortex-a53" in targets["pynq-zu"].cpu_flags
-    assert "-mcpu=cortex-a9" in targets["pynq-z1"].cpu_flags and "-mfpu=neon" in targets["pynq-z1"].cpu_flags
-    assert all("-mfloat-abi=hard" in t.cpu_flags for t in targets.values() if t.arch.name == "armv7")
+    assert (
+        "-mcpu=cortex-a9" in targets["pynq-z1"].cpu_flags
+        and "-mfpu=neon" in targets["pynq-z1"].cpu_flags
+    )
+    assert all(
+        "-mfloat-abi=hard" in t.cpu_flags for t in targets.values() if t.arch.name == "armv7"
+    )
 
 
 def test_debian_targets_use_the_host_mirror_others_must_be_named() -> None:
@@ -59,14 +64,19 @@ def test_arch_aliases(alias: str, arch: str) -> None:
 def test_unknown_arch_suggests() -> None:
     with pytest.raises(UsageError) as caught:
         resolve_arch("arm46")
-    assert "Unknown arch 'arm46'" in caught.value.message and "Valid arches:" in caught.value.message
+    assert (
+        "Unknown arch 'arm46'" in caught.value.message and "Valid arches:" in caught.value.message
+    )
 
 
 def test_select_by_arch_list_and_target() -> None:
     targets = load_targets()
     chosen = select_targets(targets, arch="armv7, arm64", target=None)
     assert [t.name for t in chosen] == ["debian-armv7", "debian-aarch64"]
-    assert [t.name for t in select_targets(targets, arch=None, target="rpi3,pynq-zu")] == ["rpi3", "pynq-zu"]
+    assert [t.name for t in select_targets(targets, arch=None, target="rpi3,pynq-zu")] == [
+        "rpi3",
+        "pynq-zu",
+    ]
     assert len(select_targets(targets, arch="armhf,armv7", target=None)) == 1
     with pytest.raises(UsageError, match="exactly one of --arch and --target"):
         select_targets(targets, arch="armv7", target="rpi3")
