@@ -3,7 +3,7 @@
 VENV ?= .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test unit integration stop
+.PHONY: setup demo test lint unit integration stop
 
 setup:
 	scripts/setup-host
@@ -16,7 +16,13 @@ demo: setup
 	$(VENV)/bin/dockerarch base bootstrap --arch amd64,armv7,aarch64
 	$(VENV)/bin/dockerarch build wheel --package 'zstandard==0.23.0' --arch armv7,aarch64
 
-test: setup
+# Lint first (seconds): ruff's rules and formatting, and mypy --strict on the package.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict dockerarch
+
+test: setup lint
 	@$(VENV)/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests, which is a failure here." >&2; exit 1; fi; \
 	exit $$rc

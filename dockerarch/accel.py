@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dockerarch import paths
 from dockerarch.errors import UsageError
 from dockerarch.recipes import Recipe
 from dockerarch.targets import BoardTarget
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 MODES = ("hybrid", "none")
 TOOLCHAIN_TARGET = "debian-amd64"  # the base of the toolchain stage
-DATA = Path(__file__).parent / "data" / "toolchain"
+DATA = paths.data_path("toolchain")
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
 # uv (PyPI's x86-64 wheel carries the binary) is grafted beside the compilers: it resolves and

@@ -6,6 +6,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -110,9 +111,18 @@ def find_registry_file(explicit: Path | None = None) -> Path | None:
 
 
 def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
+    """The registry configuration in force: ``explicit``, $DOCKERARCH_REGISTRY_CONFIG or
+    ./registry.yaml, else the one dockerarch ships (dockerarch/data/registry.yaml)."""
+    from dockerarch.paths import data_path
+
     path = find_registry_file(explicit)
     if path is None:
-        return RegistryConfig()
+        builtin = parse_registry_config(data_path(REGISTRY_FILE))
+        return dataclasses.replace(builtin, source="built-in defaults")
+    return parse_registry_config(path)
+
+
+def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
     reject_unknown(top, ["registry"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from dockerarch import paths
 from dockerarch.config import did_you_mean, load_yaml, reject_unknown, require_mapping
 from dockerarch.errors import ConfigError, UsageError
 
-BUILTIN_TARGETS = Path(__file__).parent / "data" / "targets.yaml"
+BUILTIN_TARGETS = paths.data_path("targets.yaml")
 PROJECT_TARGETS = "targets.yaml"
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,16 @@ def test_registry_cache_repository(tmp_path: Path, address: str, loopback: bool)
     assert config.cache is True
     assert config.cache_repository == f"{address}/team/arm/buildcache"
     assert config.loopback is loopback
+
+
+def test_builtin_defaults_are_the_shipped_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a registry.yaml the configuration is dockerarch/data/registry.yaml, which the
+    wheel ships; it says the same as the repository's own registry.yaml."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCKERARCH_REGISTRY_CONFIG", raising=False)
+    config = load_registry_config()
+    assert config.source == "built-in defaults"
+    repo = load_registry_config(REPO / "registry.yaml")
+    assert dataclasses.replace(repo, source="built-in defaults") == config
