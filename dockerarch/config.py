@@ -74,7 +74,12 @@ class RegistryConfig:
     insecure: bool = True
     namespace: str = "dockerarch"
     cache: bool = False  # share build caches through the registry (dockerarch build)
+    ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     source: str = "built-in defaults"
+
+    @property
+    def host(self) -> str:
+        return self.address.rsplit(":", 1)[0] if ":" in self.address else self.address
 
     @property
     def cache_repository(self) -> str:
@@ -84,8 +89,7 @@ class RegistryConfig:
     @property
     def loopback(self) -> bool:
         """Whether the registry is on this machine only (a native node cannot reach it)."""
-        host = self.address.rsplit(":", 1)[0] if self.address.count(":") == 1 else self.address
-        return host == "localhost" or host.startswith("127.")
+        return self.host == "localhost" or self.host.startswith("127.")
 
     @property
     def api_url(self) -> str:
@@ -126,7 +130,7 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
     reject_unknown(top, ["registry"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
-    reject_unknown(section, ["address", "insecure", "namespace", "cache"], "registry", path)
+    reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache"], "registry", path)
     defaults = RegistryConfig()
     address = str(section.get("address", defaults.address))
     if not _ADDRESS.match(address):
@@ -146,6 +150,23 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     cache = section.get("cache", defaults.cache)
     if not isinstance(cache, bool):
         raise ConfigError(f"'registry.cache' in {path} must be true or false")
+    ca = section.get("ca")
+    ca_path = None
+    if ca is not None:
+        if insecure:
+            raise ConfigError(
+                f"'registry.ca' and 'registry.insecure: true' in {path} contradict each other: "
+                "a CA file is for a TLS registry, insecure means plain HTTP",
+                fix="Keep 'ca' and set 'insecure: false' for a TLS registry with its own CA, or "
+                "drop 'ca' for plain HTTP.",
+            )
+        ca_path = (path.parent / str(ca)).resolve()
+        if not ca_path.is_file():
+            raise ConfigError(
+                f"'registry.ca' in {path} names {ca_path}, which is not a file",
+                fix="Point it at the PEM file of the CA that signed the registry's certificate.",
+            )
     return RegistryConfig(
-        address=address, insecure=insecure, namespace=namespace, cache=cache, source=str(path)
-    )
+        address=address, insecure=insecure, ca=ca_path, namespace=namespace, cache=cache,
+        source=str(path),
+    )  # fmt: skip

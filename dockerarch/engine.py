@@ -360,3 +360,54 @@ def copy_image(reference: str, to_context: str) -> None:
             f"Copying {reference} to builder node '{to_context}' failed: {_whales_error(exc)}",
             fix="Check the node answers (dockerarch builder ls).",
         ) from exc
+
+
+def image_platform(reference: str) -> str:
+    """os/architecture[/variant] of a local image, as its config records it."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        image = client().image.inspect(reference)
+    except DockerException as exc:
+        raise EngineError(f"Cannot inspect image {reference}: {_whales_error(exc)}") from exc
+    return "/".join(p for p in (image.os, image.architecture, image.variant) if p)
+
+
+class PushFailed(EngineError):
+    """`docker push` failed; ``text`` is what docker said (for the caller's retry policy)."""
+
+    def __init__(self, problem: str, text: str) -> None:
+        super().__init__(problem)
+        self.text = text
+
+
+def push_image(local: str, remote: str) -> str:
+    """Tag ``local`` as ``remote`` and push it with the engine (which reads docker's credential
+    store itself); the manifest digest docker reports. One try: the caller retries."""
+    from python_on_whales.exceptions import DockerException
+
+    docker = client()
+    digest = None
+    try:
+        docker.image.tag(local, remote)
+        for _, raw in docker.image.push(remote, stream_logs=True) or ():
+            line = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            found = re.search(r"digest: (sha256:[0-9a-f]{64})", line)
+            if found:
+                digest = found.group(1)
+    except DockerException as exc:
+        text = " ".join(((exc.stderr or "") + " " + (exc.stdout or "")).split())
+        raise PushFailed(f"docker push {remote} failed: {text[-400:]}", text) from exc
+    if digest is None:
+        raise PushFailed(f"docker push {remote} reported no digest", "")
+    return digest
+
+
+def save_image(reference: str, dest: Path) -> None:
+    """`docker save` of one image into ``dest`` (a docker-archive that is also an OCI layout)."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        client().image.save(reference, output=dest)
+    except DockerException as exc:
+        raise EngineError(f"docker save {reference} failed: {_whales_error(exc)}") from exc

@@ -54,7 +54,17 @@ def _root(
 
 
 def _register() -> None:
-    from dockerarch.cli import base, build, builder, doctor, generate, recipes, targets, verify
+    from dockerarch.cli import (
+        base,
+        build,
+        builder,
+        doctor,
+        generate,
+        push,
+        recipes,
+        targets,
+        verify,
+    )  # fmt: skip
 
     app.command("doctor")(doctor.doctor)
     app.add_typer(targets.app, name="targets")
@@ -62,6 +72,7 @@ def _register() -> None:
     app.command("generate")(generate.generate)
     app.add_typer(base.app, name="base")
     app.command("build")(build.build)
+    app.command("push")(push.push)
     app.add_typer(builder.app, name="builder")
     app.command("verify")(verify.verify)
 

@@ -64,6 +64,13 @@ def build(
         bool,
         typer.Option("--ccache/--no-ccache", help="Hybrid builds: keep a compiler cache (ccache)."),
     ] = True,
+    push: Annotated[
+        bool,
+        typer.Option(
+            "--push",
+            help="After every target built and verified, publish them as dockerarch push does.",
+        ),
+    ] = False,
     registry_cache: Annotated[
         bool | None,
         typer.Option(
@@ -140,4 +147,11 @@ def build(
 
             traceback.print_exception(error.__cause__)
     if failed:
+        if push:
+            typer.echo("nothing pushed: a target failed", err=True)
         raise typer.Exit(max(r.error.exit_code for r in failed if r.error is not None))
+    if push:
+        from dockerarch.cli.push import publish_built
+        from dockerarch.publish import find_built
+
+        publish_built(find_built(requests, out), registry, index_tag=None, tags=())
