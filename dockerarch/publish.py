@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import re
+import shlex
 import tarfile
 import tempfile
 import time
@@ -62,11 +63,13 @@ def repository_name(name: str) -> str:
 
 def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     """Each request's build result in ``out``, checked against the engine's images."""
+    check_platforms(requests)
     found = []
     for request in requests:
         target = request.target
         directory = out / target.name / result_name(request)
-        rebuild = f"Build it first: dockerarch build {request.recipe.name} --target {target.name}"
+        package = f" --package {shlex.quote(request.package.spec)}" if request.package else ""
+        rebuild = f"Build it first: dockerarch build {request.recipe.name}{package} --target {target.name}"
         try:
             data = json.loads((directory / "manifest.json").read_text())
         except FileNotFoundError:
@@ -105,17 +108,22 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
         dist = result_name(request).rsplit("-", 1)[0]
         found.append(Built(target=target, directory=directory, name=dist,
                            version=request.version, image_tag=tag, image_id=image_id))  # fmt: skip
+    return found
+
+
+def check_platforms(requests: list[RenderRequest]) -> None:
+    """One index holds one image per platform: a board picks by platform alone."""
     seen: dict[str, str] = {}
-    for b in found:
-        other = seen.setdefault(b.target.platform, b.target.name)
-        if other != b.target.name:
+    for request in requests:
+        target = request.target
+        other = seen.setdefault(target.platform, target.name)
+        if other != target.name:
             raise UsageError(
-                f"{other} and {b.target.name} are both {b.target.platform}: one index cannot hold "
+                f"{other} and {target.name} are both {target.platform}: one index cannot hold "
                 "two images of one platform (a board would get either)",
                 fix=f"Push them one at a time, each with its own index tag: --target {other}, "
-                f"then --target {b.target.name} --index-tag {b.version}-{b.target.name}.",
+                f"then --target {target.name} --index-tag {request.version}-{target.name}.",
             )
-    return found
 
 
 def _platform(platform: str) -> dict[str, str]:

@@ -40,3 +40,19 @@ def _host_is_set_up() -> None:
             "No Docker daemon answers: run scripts/setup-host (make test does) before the "
             f"integration tests.\n{answer.stderr}"
         )
+
+
+CEXT = REPO / "tests" / "fixtures" / "cext"
+
+
+@pytest.fixture(scope="session")
+def cext_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C/C++ extension fixture built hybrid for armv7 and aarch64, once per run: its results
+    (wheels, manifest.json) and runtime images serve every module that needs a real build."""
+    done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path_factory.mktemp("cext")
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
+                      "--out", str(out), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out

@@ -95,12 +95,8 @@ def test_unchanged_rebuild_runs_no_step(
 
 
 @pytest.fixture(scope="module")
-def cext(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cext")
-    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
-                      "--out", str(out), timeout=3600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+def cext(cext_dist: Path) -> Path:
+    return cext_dist
 
 
 TRY_CEXT = """

@@ -48,3 +48,34 @@ def test_unknown_option() -> None:
     done = setup_host("--bogus")
     assert done.returncode == 2
     assert "unknown option '--bogus'" in done.stderr
+
+
+def test_registry_address_for_boards(tmp_path: Path) -> None:
+    """--registry-addr 0.0.0.0:PORT runs the registry where boards reach it (every address of
+    this machine); its own state directory keeps it apart from the main one."""
+    import socket
+
+    from .registries import free_port
+
+    port = free_port()
+    env = {**os.environ, "DOCKERARCH_STATE_DIR": str(tmp_path)}
+    run = [SETUP, "--registry-addr", f"0.0.0.0:{port}"]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=900, env=env)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"registry started at 0.0.0.0:{port}" in done.stdout
+        listening = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        local = {line.split()[1] for line in listening if line.split()[3] == "0A"}  # LISTEN
+        assert f"00000000:{port:04X}" in local  # bound to 0.0.0.0, not only loopback
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        stopped = subprocess.run([SETUP, "--stop"], capture_output=True, text=True, env=env)
+    assert "stopped registry (pid" in stopped.stdout
+    assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
+
+
+def test_bad_registry_address() -> None:
+    done = setup_host("--registry-addr", "no port")
+    assert done.returncode == 2
+    assert "is not HOST:PORT" in done.stderr
