@@ -308,6 +308,7 @@ def _sha256_file(path: Path) -> str:
 
 def _land(tmp: Path, final: Path, what: str) -> Archived:
     sha = _sha256_file(tmp)
+    tmp.chmod(0o644)  # docker save writes 0600; an archive is for copying to boards
     tmp.replace(final)
     write_atomic(final.with_name(final.name + ".sha256"), f"{sha}  {final.name}\n".encode())
     return Archived(path=final, sha256=sha, what=what)
