@@ -60,8 +60,10 @@ def _register() -> None:
         builder,
         doctor,
         generate,
+        nfs,
         push,
         recipes,
+        rootfs,
         targets,
         verify,
     )  # fmt: skip
@@ -73,6 +75,9 @@ def _register() -> None:
     app.add_typer(base.app, name="base")
     app.command("build")(build.build)
     app.command("push")(push.push)
+    app.command("export-rootfs")(rootfs.export_rootfs)
+    app.command("chroot")(rootfs.chroot)
+    app.add_typer(nfs.app, name="nfs")
     app.add_typer(builder.app, name="builder")
     app.command("verify")(verify.verify)
 
