@@ -68,7 +68,8 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     for request in requests:
         target = request.target
         directory = out / target.name / result_name(request)
-        package = f" --package {shlex.quote(request.package.spec)}" if request.package else ""
+        spec = request.package and (request.package.local or request.package.spec)
+        package = f" --package {shlex.quote(str(spec))}" if spec else ""
         rebuild = f"Build it first: dockerarch build {request.recipe.name}{package} --target {target.name}"
         try:
             data = json.loads((directory / "manifest.json").read_text())
