@@ -247,6 +247,10 @@ class RegistryClient:
             registry.session.trust_env = False
             container = Container(f"{self.config.address}/{self.config.namespace}/x")
             registry.auth.load_configs(container, configs=docker_config_files())
+            # oras' basic backend keeps what it found in docker's store as _basic_auth; nothing
+            # there for a registry that asks for basic auth means nobody logged in.
+            if scheme == "basic" and not getattr(registry.auth, "_basic_auth", None):
+                raise self._auth_error(f"reaching {self.config.address}")
             self._oras = registry
         return self._oras
 

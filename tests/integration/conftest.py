@@ -56,3 +56,45 @@ def cext_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       "--out", str(out), timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def demo_dist(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The demo's build (zstandard 0.23.0's sdist, hybrid, armv7 and aarch64), once per run."""
+    done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path_factory.mktemp("dist")
+    done = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch",
+                      "armv7,aarch64", "--out", str(out), timeout=5400)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+FIDELITY_LAYER = r"""
+import os
+os.makedirs("/fid/sgid"); os.chmod("/fid/sgid", 0o2775)
+os.makedirs("/fid/sticky"); os.chmod("/fid/sticky", 0o1777)
+open("/fid/suid", "w").write("suid"); os.chmod("/fid/suid", 0o4755)
+open("/fid/owned", "w").write("4242"); os.chown("/fid/owned", 4242, 4242)
+open("/fid/hard-a", "w").write("same inode"); os.link("/fid/hard-a", "/fid/hard-b")
+os.mknod("/fid/null", 0o20666, os.makedev(1, 3))
+os.mkfifo("/fid/fifo")
+data = open("/bin/true", "rb").read()
+open("/fid/pinger", "wb").write(data); os.chmod("/fid/pinger", 0o755)
+os.setxattr("/fid/pinger", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))
+"""
+
+
+def fidelity_image(base: str, platform: str, tag: str, context: Path) -> str:
+    """``base`` (an image with python3) plus one layer holding every kind of entry a board's
+    root has: setuid, setgid and sticky, uid 4242, a hardlink pair, a device node, a fifo and a
+    file capability (cap_net_raw)."""
+    (context / "make.py").write_text(FIDELITY_LAYER)
+    (context / "Dockerfile").write_text(
+        f"FROM {base}\nCOPY make.py /tmp/make.py\nRUN python3 /tmp/make.py && rm /tmp/make.py\n"
+    )
+    subprocess.run(["docker", "buildx", "build", "--platform", platform, "--load", "-t", tag,
+                    str(context)], check=True, capture_output=True, timeout=900)  # fmt: skip
+    return tag

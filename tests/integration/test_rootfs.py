@@ -17,44 +17,27 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, dockerarch
+from .conftest import REPO, dockerarch, fidelity_image
 
 FIDELITY = "dockerarch-test/fidelity:aarch64"
-MAKE = r"""
-import os
-os.makedirs("/fid/sgid"); os.chmod("/fid/sgid", 0o2775)
-os.makedirs("/fid/sticky"); os.chmod("/fid/sticky", 0o1777)
-open("/fid/suid", "w").write("suid"); os.chmod("/fid/suid", 0o4755)
-open("/fid/owned", "w").write("4242"); os.chown("/fid/owned", 4242, 4242)
-open("/fid/hard-a", "w").write("same inode"); os.link("/fid/hard-a", "/fid/hard-b")
-os.mknod("/fid/null", 0o20666, os.makedev(1, 3))
-os.mkfifo("/fid/fifo")
-data = open("/bin/true", "rb").read()
-open("/fid/pinger", "wb").write(data); os.chmod("/fid/pinger", 0o755)
-os.setxattr("/fid/pinger", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))
-"""
 
 
 @pytest.fixture(scope="module")
-def fidelity_image(cext_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def fidelity(cext_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     data = json.loads(
         (cext_dist / "debian-aarch64" / "dockerarch_tinyext-1.0.0" / "manifest.json").read_text()
     )
-    context = tmp_path_factory.mktemp("fidelity-image")
-    (context / "make.py").write_text(MAKE)
-    (context / "Dockerfile").write_text(f"FROM {data['image']['tag']}\nCOPY make.py /tmp/make.py\n"
-                                        "RUN python3 /tmp/make.py && rm /tmp/make.py\n")  # fmt: skip
-    subprocess.run(["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t",
-                    FIDELITY, str(context)], check=True, capture_output=True, timeout=900)  # fmt: skip
-    return FIDELITY
+    return fidelity_image(
+        data["image"]["tag"], "linux/arm64", FIDELITY, tmp_path_factory.mktemp("fidelity")
+    )
 
 
 @pytest.fixture(scope="module")
 def exported(
-    fidelity_image: str, tmp_path_factory: pytest.TempPathFactory
+    fidelity: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     dest = tmp_path_factory.mktemp("export") / "pynq"
-    done = dockerarch("export-rootfs", "--image", fidelity_image, "--target", "debian-aarch64",
+    done = dockerarch("export-rootfs", "--image", fidelity, "--target", "debian-aarch64",
                       str(dest), "--server", "10.0.2.2", "--client", "10.0.2.0/24",
                       "--hostname", "pynq-1", timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -121,29 +104,29 @@ def test_board_script_is_shellcheck_clean(
 
 
 def test_an_existing_dest_needs_force_and_never_a_symlink(
-    fidelity_image: str, exported: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+    fidelity: str, exported: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     dest, _ = exported
     again = dockerarch(
-        "export-rootfs", "--image", fidelity_image, "--target", "debian-aarch64", str(dest)
+        "export-rootfs", "--image", fidelity, "--target", "debian-aarch64", str(dest)
     )
     assert again.returncode == 2 and "--force" in again.stderr
     link = tmp_path / "link"
     link.symlink_to(dest)
-    through = dockerarch("export-rootfs", "--image", fidelity_image, "--target", "debian-aarch64",
+    through = dockerarch("export-rootfs", "--image", fidelity, "--target", "debian-aarch64",
                          str(link), "--force")  # fmt: skip
     assert through.returncode == 2 and "is a symlink" in through.stderr
     wrong = dockerarch(
-        "export-rootfs", "--image", fidelity_image, "--target", "debian-armv7", str(tmp_path / "x")
+        "export-rootfs", "--image", fidelity, "--target", "debian-armv7", str(tmp_path / "x")
     )
     assert wrong.returncode == 2 and "linux/arm64 image, not linux/arm/v7" in " ".join(
         wrong.stderr.split()
     )
 
 
-def test_caps_as_setuid_and_tarball(fidelity_image: str, tmp_path: Path) -> None:
+def test_caps_as_setuid_and_tarball(fidelity: str, tmp_path: Path) -> None:
     tarball = tmp_path / "rootfs.tar"
-    done = dockerarch("export-rootfs", "--image", fidelity_image, "--target", "debian-aarch64",
+    done = dockerarch("export-rootfs", "--image", fidelity, "--target", "debian-aarch64",
                       "--tarball", str(tarball), "--caps-as-setuid", timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     listing = subprocess.run(["tar", "--numeric-owner", "-tvf", str(tarball), "./fid/owned", "./fid/pinger"],
@@ -224,7 +207,7 @@ def _chrooted_sleep(root: Path) -> bool:
     return False
 
 
-def test_rm_rf_after_chroot_reaches_nothing_else(fidelity_image: str, tmp_path: Path) -> None:
+def test_rm_rf_after_chroot_reaches_nothing_else(fidelity: str, tmp_path: Path) -> None:
     dest = tmp_path / "victim-tree"
     done = dockerarch(
         "export-rootfs",

@@ -64,9 +64,11 @@ def test_registry_address_for_boards(tmp_path: Path) -> None:
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"registry started at 0.0.0.0:{port}" in done.stdout
-        listening = Path("/proc/net/tcp").read_text().splitlines()[1:]
-        local = {line.split()[1] for line in listening if line.split()[3] == "0A"}  # LISTEN
-        assert f"00000000:{port:04X}" in local  # bound to 0.0.0.0, not only loopback
+        listening = [line.split() for name in ("tcp", "tcp6")
+                     for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]]  # fmt: skip
+        local = {fields[1] for fields in listening if fields[3] == "0A"}  # LISTEN
+        # Bound to every address (0.0.0.0, or :: dual-stack), not only loopback.
+        assert local & {f"00000000:{port:04X}", f"{'0' * 32}:{port:04X}"}, sorted(local)
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     finally:
