@@ -275,13 +275,13 @@ def board_lines(published: Published, config: RegistryConfig) -> list[str]:
             "registry on an address boards reach (DOCKERARCH_REGISTRY_ADDR=0.0.0.0:5000 "
             "scripts/setup-host) and set registry.address to this machine's name or LAN address"
         )
-    elif config.insecure:
+    if config.insecure and not config.loopback:
         lines.append(
             f"{config.address} speaks plain HTTP: the board's dockerd must allow it first, in "
             f'/etc/docker/daemon.json: {{"insecure-registries": ["{config.address}"]}} '
             "(then restart dockerd)"
         )
-    elif config.ca is not None:
+    if config.ca is not None:
         lines.append(
             f"the board's dockerd must trust the registry's CA: copy {config.ca} to "
             f"/etc/docker/certs.d/{config.address}/ca.crt on the board"
