@@ -140,15 +140,39 @@ def run(
     ]  # fmt: skip
     if process.debug_enabled():
         print(f"+ unshare ... chroot {root} {' '.join(argv)}", flush=True)
-    with subprocess.Popen(args, preexec_fn=_die_with_parent) as child:
-        if on_start is not None:
-            on_start(child.pid)
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGTERM)  # unshare's --kill-child takes the rest with it
-            child.wait()
-            return INTERRUPTED_EXIT
+    # Mount points a bind needs are made for the run and removed after, so the tree is left as
+    # it was (removing an empty directory never reaches through a mount: the namespace is gone).
+    made = _make_mount_points(root, binds)
+    try:
+        with subprocess.Popen(args, preexec_fn=_die_with_parent) as child:
+            if on_start is not None:
+                on_start(child.pid)
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                child.kill()  # unshare ignores SIGTERM while it waits; --kill-child takes the rest
+                child.wait()
+                return INTERRUPTED_EXIT
+    finally:
+        for path, times in reversed(made):
+            try:
+                path.rmdir()
+                os.utime(path.parent, ns=times)  # the parent's mtime as it was
+            except OSError:
+                pass  # something was written into it from outside the bind: keep it
+
+
+def _make_mount_points(root: Path, binds: Sequence[Bind]) -> list[tuple[Path, tuple[int, int]]]:
+    made = []
+    for bind in binds:
+        here = root
+        for part in [p for p in bind.target.split("/") if p]:
+            here = here / part
+            if not here.exists():
+                st = os.lstat(here.parent)
+                here.mkdir(mode=0o755)
+                made.append((here, (st.st_atime_ns, st.st_mtime_ns)))
+    return made
 
 
 def run_image(image: str, command: Sequence[str], *, binds: Sequence[Bind] = (),

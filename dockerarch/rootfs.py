@@ -399,8 +399,11 @@ def board_script() -> str:
     return paths.data_path("board-chroot").read_text()
 
 
-def export(image: str, dest: Path, options: ExportOptions, *, say: Say) -> Exported:
-    """``image`` unpacked, board-ready and verified at ``dest`` (see the module's docstring)."""
+def export(
+    image: str, dest: Path, options: ExportOptions, *, say: Say, nfs_path: str | None = None
+) -> Exported:
+    """``image`` unpacked, board-ready and verified at ``dest`` (see the module's docstring).
+    ``nfs_path``: where the server exports it, when not at ``dest`` itself."""
     options.check()
     started = time.monotonic()
     dest = Path(os.path.abspath(dest))
@@ -412,7 +415,7 @@ def export(image: str, dest: Path, options: ExportOptions, *, say: Say) -> Expor
         root.mkdir()
         boot_tmp.mkdir()
         entries = unpack_image(image, root, work, say)
-        nfs_path = str(dest)
+        nfs_path = nfs_path or str(dest)
         changes = board_ready(root, options, nfs_path)
         script = board_script()
         _write(root, BOARD_SCRIPT, script, 0o755)
@@ -475,7 +478,10 @@ def write_tarball(image: str, tarball: Path, options: ExportOptions, *, say: Say
         tempfile.mkdtemp(prefix=f".{tarball.name}.", suffix=".tmp", dir=tarball.parent or ".")
     )
     try:
-        result = export(image, work / "rootfs", options, say=say)
+        # Where it will be unpacked is the user's choice: the boot files name a usual place.
+        nfs_path = f"/srv/nfs/{options.hostname}"
+        say(f"the boot files assume the tree is unpacked and exported at {nfs_path}")
+        result = export(image, work / "rootfs", options, say=say, nfs_path=nfs_path)
         part = work / "rootfs.tar"
         say(f"writing {tarball}")
         subprocess.run(

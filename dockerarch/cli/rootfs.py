@@ -14,13 +14,13 @@ def _say(line: str) -> None:
 
 def export_rootfs(
     args: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             metavar="[RECIPE] [DEST]",
             help="The recipe whose runtime image to export (not with --image), then DEST, where "
             "the tree goes (not with --tarball).",
         ),
-    ],
+    ] = None,
     image: Annotated[
         str | None, typer.Option("--image", help="Export any local image of the target's platform.")
     ] = None,
@@ -60,6 +60,7 @@ def export_rootfs(
 
     example = ("Like: dockerarch export-rootfs wheel --package 'zstandard==0.23.0' --target "
                "debian-aarch64 /srv/nfs/pynq, or --image REF --target T DEST.")  # fmt: skip
+    args = list(args or [])
     wanted = (0 if image else 1) + (0 if tarball else 1)
     if len(args) != wanted:
         raise UsageError(

@@ -178,14 +178,19 @@ def test_chroot_leaves_nothing_when_killed(
     dest, _ = exported
     before, files = mountinfo(), tree_state(dest)
     child = subprocess.Popen([sys.executable, "-m", "dockerarch", "chroot", str(dest), "--", "sleep", "300"],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not _chrooted_sleep(dest) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _chrooted_sleep(dest), "the command never started"
-    child.send_signal(sig)
-    child.wait(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not _chrooted_sleep(dest) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _chrooted_sleep(dest), "the command never started"
+        child.send_signal(sig)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     if sig == signal.SIGINT:
         assert child.returncode == 130
     deadline = time.monotonic() + 30
@@ -196,11 +201,12 @@ def test_chroot_leaves_nothing_when_killed(
 
 
 def _chrooted_sleep(root: Path) -> bool:
+    """Whether the test's `sleep 300` runs (inside its PID namespace, so found by its argv)."""
     for proc in Path("/proc").iterdir():
         try:
-            if (proc / "cmdline").read_bytes().startswith(b"sleep\x00300") and os.readlink(
-                proc / "root"
-            ) == str(root):
+            # Under QEMU's binfmt entry the argv starts with the interpreter's path.
+            argv = (proc / "cmdline").read_bytes()
+            if argv.endswith(b"\x00sleep\x00300\x00") and b"dockerarch" not in argv:
                 return True
         except OSError:
             continue
@@ -212,7 +218,7 @@ def test_rm_rf_after_chroot_reaches_nothing_else(fidelity: str, tmp_path: Path) 
     done = dockerarch(
         "export-rootfs",
         "--image",
-        fidelity_image,
+        fidelity,
         "--target",
         "debian-aarch64",
         str(dest),
