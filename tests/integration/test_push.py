@@ -23,6 +23,18 @@ TARGETS = {"debian-armv7": "linux/arm/v7", "debian-aarch64": "linux/arm64"}
 TRY = "import tinyext, tinyxx; print(tinyext.machine(), tinyxx.square(7))"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _untag_test_registries() -> Iterator[None]:
+    """Pushing tags each image with every test registry's address: those tags go afterwards."""
+    yield
+    listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    ours = [r for r in listed if r.startswith("127.0.0.1:") and not r.startswith("127.0.0.1:5000/")
+            and f"/dockerarch/{NAME}:" in r]  # fmt: skip
+    if ours:
+        subprocess.run(["docker", "image", "rm", *ours], capture_output=True, check=False)
+
+
 @pytest.fixture(scope="module")
 def built(cext_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The extension's results and runtime images as build leaves them (every step cached: the
