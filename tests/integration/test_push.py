@@ -141,6 +141,20 @@ def test_a_second_push_of_the_same_build_changes_nothing(
     assert "moved from" not in flat(again.stderr)
 
 
+def test_build_push_publishes_right_after_the_build(
+    published: tuple[subprocess.CompletedProcess[str], Path], plain: Registry, built: Path
+) -> None:
+    _, project = published
+    before = index_of(plain, "1.0.0")
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
+                      "--out", str(built), "--push", cwd=project, timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The same build (every step cached) publishes the same index, and says what boards run.
+    assert index_of(plain, "1.0.0") == before
+    assert f"{plain.address}/dockerarch/{NAME}:1.0.0@{before[0]}" in done.stdout.splitlines()
+    assert "on a board: docker pull" in flat(done.stderr)
+
+
 def test_push_survives_dropped_connections(built: Path, tmp_path: Path) -> None:
     """The first connections are cut in the middle of a blob upload: the engine and dockerarch
     try again, and what lands is what was built."""
