@@ -129,6 +129,7 @@ class Job:
         self.options = options
         self.progress = progress
         self.final = options.out / self.target.name / result_name(request)
+        self.contexts: dict[str, str] = {}  # named build contexts (--source)
 
     def say(self, line: str) -> None:
         self.progress(self.target.name, line)
@@ -174,13 +175,19 @@ class Job:
             self._ensure_local_base(request.toolchain.base_target, request.toolchain.base_image)
         context = work / "context"
         _prepare_context(request, context)
+        if request.source is not None:
+            from dockerarch.sources import context_dir
+
+            self.contexts["source"] = str(context_dir(request.source, work))
+            self.say(f"source: {request.source.path}"
+                     + (f" (commit {request.source.commit[:12]})" if request.source.commit else ""))  # fmt: skip
         secrets = self.options.secrets
         cache_ref = self._registry_cache_ref()
         spec = engine.BuildSpec(
             context_dir=context, platform=self.target.platform, stage="artifacts",
             output_dir=landing, secrets=secrets, cache=self.options.cache,
             cache_from=(f"type=registry,ref={cache_ref}",) if cache_ref and self.options.cache else (),
-            node_context=route.context,
+            node_context=route.context, build_contexts=self.contexts,
         )  # fmt: skip
         self._stream(spec, log, "artifacts")
         reports = []
@@ -213,7 +220,7 @@ class Job:
                 context_dir=context, platform=self.target.platform, stage="runtime",
                 # the cold build just ran: the runtime stage reuses its steps
                 load_tag=image_tag, secrets=secrets, cache=True,
-                node_context=route.context,
+                node_context=route.context, build_contexts=self.contexts,
             )  # fmt: skip
             self._stream(runtime, log, "runtime")
             found = engine.image_labels(image_tag, route.context)
@@ -223,6 +230,7 @@ class Job:
             "recipe": request.recipe.name,
             "version": request.version,
             "package": request.package.spec if request.package else None,
+            "source": request.source.record() if request.source else None,
             "options": dict(request.options),
             "target": self.target.name,
             "platform": self.target.platform,
@@ -259,7 +267,8 @@ class Job:
         registry reuse its steps. A cache that cannot be pushed does not fail the build."""
         spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage="build",
                                 push_tag=ref, cache_to="type=inline", secrets=self.options.secrets,
-                                cache=True, node_context=self.route.context)  # fmt: skip
+                                cache=True, node_context=self.route.context,
+                                build_contexts=self.contexts)  # fmt: skip
         try:
             self._stream(spec, log, "registry cache")
         except EngineError as exc:
@@ -274,7 +283,7 @@ class Job:
         dest = work / "toolchain-log"
         spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage=accel.LOG_STAGE,
                                 output_dir=dest, secrets=self.options.secrets, cache=True,
-                                node_context=self.route.context)  # fmt: skip
+                                node_context=self.route.context, build_contexts=self.contexts)  # fmt: skip
         self._stream(spec, log, "toolchain log")
         counts = accel.count_runs((dest / "toolchain.log").read_text(errors="replace"))
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "

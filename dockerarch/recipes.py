@@ -153,6 +153,8 @@ class Recipe:
     targets: tuple[str, ...] = ()  # empty: every target of the arches
     source: Path = field(default=Path())
     no_hybrid: str | None = None  # why this recipe must compile with the emulated ARM compiler
+    # Recipes that clone a git repository take --source: files of which one must be at its root.
+    source_markers: tuple[str, ...] = ()
 
     def supports(self, target: BoardTarget) -> bool:
         if target.arch.name not in self.arches:
@@ -218,7 +220,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
-    "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid",
+    "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers",
 )  # fmt: skip
 
 
@@ -332,6 +334,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         targets=_strings(top.get("targets"), "targets", source),
         source=source,
         no_hybrid=_reason(top.get("no_hybrid"), source),
+        source_markers=_strings(top.get("source_markers"), "source_markers", source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

@@ -24,6 +24,8 @@ from dockerarch.targets import BoardTarget
 if TYPE_CHECKING:
     from jinja2.sandbox import SandboxedEnvironment
 
+    from dockerarch.sources import LocalSource
+
 
 class TemplateError(ConfigError):
     """A template is broken: names its file and line."""
@@ -37,6 +39,7 @@ class RenderRequest:
     options: Mapping[str, str]
     package: PackageSpec | None = None
     toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
+    source: LocalSource | None = None  # --source: the upstream tree from this machine
 
 
 def _finalize(value: Any) -> Any:
@@ -143,6 +146,7 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
             else None
         ),
         "toolchain": request.toolchain.template_vars() if request.toolchain else None,
+        "local_source": request.source is not None,
     }
     try:
         template = env.get_template(recipe.template.name)
@@ -175,6 +179,7 @@ def plan(
     version: str | None,
     package: str | None,
     settings: Mapping[str, str],
+    source: str | None = None,
 ) -> list[RenderRequest]:
     """Check every input of ``generate`` / ``build`` and turn it into one request per target.
 
@@ -209,9 +214,19 @@ def plan(
     options = recipe.resolve_options(resolved_version, settings)
     for board in chosen:
         recipe.check_target(board)
+    local = None
+    if source is not None:
+        from dockerarch.sources import check_source
+
+        local = check_source(source, recipe)
     return [
         RenderRequest(
-            recipe=recipe, target=board, version=resolved_version, options=options, package=spec
+            recipe=recipe,
+            target=board,
+            version=resolved_version,
+            options=options,
+            package=spec,
+            source=local,
         )
         for board in chosen
     ]

@@ -26,6 +26,15 @@ def build(
             "--package", "-p", help="wheel recipe: 'NAME==VERSION', or a source directory."
         ),
     ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            metavar="PATH",
+            help="The upstream source from this machine (a checkout or a .tar.gz/.tar.xz/.zip) "
+            "instead of a git clone: qpulib, vaccel, torch, torchvision.",
+        ),
+    ] = None,
     settings: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),
@@ -91,7 +100,7 @@ def build(
     accel_module.check_mode(accel)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
-        settings=parse_set(settings or []),
+        settings=parse_set(settings or []), source=source,
     )  # fmt: skip
     engine.daemon_info()  # fail early and clearly when no engine answers
     if builder is not None and builder != "local":

@@ -20,6 +20,15 @@ def generate(
     package: Annotated[
         str | None, typer.Option("--package", "-p", help="For the wheel recipe: 'NAME==VERSION'.")
     ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            metavar="PATH",
+            help="The upstream source from this machine (a checkout or a .tar.gz/.tar.xz/.zip) "
+            "instead of a git clone: qpulib, vaccel, torch, torchvision.",
+        ),
+    ] = None,
     settings: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),
@@ -45,7 +54,7 @@ def generate(
     accel_module.check_mode(accel)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
-        settings=parse_set(settings or []),
+        settings=parse_set(settings or []), source=source,
     )  # fmt: skip
     if len(requests) > 1:
         raise UsageError(
