@@ -32,6 +32,13 @@ def write_tree(root: Path) -> Path:
         f'#include "QPULib.h"\nint qpulib_parts() {{ return {parts}; }}\n'
     )
     (root / "Tests").mkdir()
+    # The example the recipe links against the emulator library and its smoke test runs.
+    (root / "Tests/GCD.cpp").write_text(
+        '#include <stdio.h>\n#include "QPULib.h"\n'
+        "static int g(int a, int b) { while (b) { int t = b; b = a % b; a = t; } return a; }\n"
+        'int main() { for (int i = 0; i < 16; i++) printf("gcd(%i, %i) = %i\\n", 100 + 7 * i, '
+        f"60 + 3 * i, g(100 + 7 * i, 60 + 3 * i)); return qpulib_parts() == {parts} ? 0 : 1; }}\n"
+    )
     return root
 
 
@@ -56,11 +63,12 @@ def test_qpulib_builds_from_a_local_tree(tree: Path, tmp_path: Path) -> None:
     data = json.loads((result / "manifest.json").read_text())
     assert data["source"] == {"path": str(tree), "kind": "directory", "commit": commit}
     (artifact,) = data["artifacts"]
-    assert artifact["elf_files"] == 1  # libqpu.so, verified as armv7 hard-float code
+    assert artifact["elf_files"] == 3  # libqpu.so, libqpu-emu.so, gcd-emu: armv7 hard-float code
     with tarfile.open(result / "qpulib-master-armhf.tar.gz") as packed:
         names = packed.getnames()
     assert "./usr/local/lib/libqpu.so" in names and "./usr/local/include/QPULib/QPULib.h" in names
     assert "git clone" not in (result / "build.log").read_text()
+    assert data["smoke"] == "16 gcds right, e.g. gcd(205, 105) = 5"
 
 
 def test_qpulib_builds_from_a_release_archive(tree: Path, tmp_path: Path) -> None:
