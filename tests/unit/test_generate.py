@@ -154,8 +154,8 @@ def test_every_required_combination_is_covered() -> None:
         ("wheel-zstandard-debian-armv7", "wheel", "debian-armv7", "none"),
         ("wheel-zstandard-debian-armv7-hybrid", "wheel", "debian-armv7", "hybrid"),
         ("torch-2.3.1-pynq-zu", "torch", "pynq-zu", "none"),
-        ("vaccel-0.6.1-pynq-z1", "vaccel", "pynq-z1", "none"),
-        ("vaccel-0.6.1-pynq-z1-hybrid", "vaccel", "pynq-z1", "hybrid"),
+        ("vaccel-0.7.1-pynq-z1", "vaccel", "pynq-z1", "none"),
+        ("vaccel-0.7.1-pynq-z1-hybrid", "vaccel", "pynq-z1", "hybrid"),
         ("qpulib-master-rpi3", "qpulib", "rpi3", "none"),
     ],
 )
