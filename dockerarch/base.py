@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dockerarch import engine, hostapt, process, sdcard
 from dockerarch.errors import ConfigError, UsageError
+from dockerarch.files import sha256_file
 from dockerarch.sdcard import Progress
 from dockerarch.targets import BoardTarget
 
@@ -267,7 +268,7 @@ def make_image_import(
     name = target.base_image.split("@", 1)[0].rsplit(":", 1)[0]
     progress(f"hashing {image.name} ({image.stat().st_size / 1e9:.2f} GB)")
     return ImageImport(
-        target=target, image=image, image_sha256=sdcard.sha256_file(image), partition=partition,
+        target=target, image=image, image_sha256=sha256_file(image), partition=partition,
         tag=tag or f"{name}:{target.suite}",
     )  # fmt: skip
 

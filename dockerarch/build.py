@@ -25,6 +25,7 @@ from typing import TextIO
 
 from dockerarch import __version__, accel, artifacts, builders, engine, paths
 from dockerarch.errors import DockerarchError, EngineError, UsageError
+from dockerarch.files import replace_dir
 from dockerarch.render import RenderRequest, render
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -150,7 +151,9 @@ class Job:
             result.artifacts = sorted(
                 p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json")
             )
-            _replace_dir(landing, self.final)
+            replace_dir(
+                landing, self.final, remove=lambda old: shutil.rmtree(old, ignore_errors=True)
+            )
             result.directory = self.final
             result.artifacts = [self.final / p.name for p in result.artifacts]
             result.log = self.final / "build.log"
@@ -397,22 +400,6 @@ def _prepare_context(request: RenderRequest, context: Path) -> None:
     if request.toolchain is not None:
         accel.prepare_context(context)
     (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
-
-
-def _replace_dir(new: Path, final: Path) -> None:
-    """Put ``new`` at ``final``; an earlier result is moved aside first and removed only after."""
-    old = None
-    if final.exists():
-        old = final.parent / f".{final.name}.old-{os.getpid()}"
-        os.rename(final, old)
-    try:
-        os.rename(new, final)
-    except BaseException:
-        if old is not None:
-            os.rename(old, final)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def plan_accel(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from dockerarch.errors import DockerarchError
@@ -28,3 +31,31 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's contents, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def replace_dir(
+    new: Path, final: Path, *, remove: Callable[[Path], object] = shutil.rmtree
+) -> None:
+    """Put the directory ``new`` at ``final``; an earlier one is moved aside first and removed
+    (with ``remove``) only once the new one is in place."""
+    old = None
+    if os.path.lexists(final):
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.rename(final, old)
+    try:
+        os.rename(new, final)
+    except BaseException:
+        if old is not None:
+            os.rename(old, final)
+        raise
+    if old is not None:
+        remove(old)

@@ -12,7 +12,6 @@ previous index under the tag as it was. Each result's manifest.json records what
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
@@ -29,7 +28,7 @@ from dockerarch import engine, registry
 from dockerarch.build import result_name
 from dockerarch.config import RegistryConfig
 from dockerarch.errors import EngineError, UsageError
-from dockerarch.files import write_atomic
+from dockerarch.files import sha256_file, write_atomic
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
@@ -299,16 +298,8 @@ class Archived:
     what: str  # "docker load" or "OCI layout"
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _land(tmp: Path, final: Path, what: str) -> Archived:
-    sha = _sha256_file(tmp)
+    sha = sha256_file(tmp)
     tmp.chmod(0o644)  # docker save writes 0600; an archive is for copying to boards
     tmp.replace(final)
     write_atomic(final.with_name(final.name + ".sha256"), f"{sha}  {final.name}\n".encode())

@@ -15,7 +15,6 @@ line for /etc/exports), ``cmdline.txt`` (a Raspberry Pi's), ``uboot.txt`` (PYNQ'
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -33,7 +32,7 @@ from typing import IO
 
 from dockerarch import __version__, engine, paths
 from dockerarch.errors import DockerarchError, UsageError
-from dockerarch.files import write_atomic
+from dockerarch.files import replace_dir, sha256_file, write_atomic
 from dockerarch.layers import CAPABILITY, Entry, LayerWriter
 
 Say = Callable[[str], None]
@@ -325,14 +324,6 @@ def describe(host: Path, path: str) -> Entry:
     return entry
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_tree(root: Path, entries: dict[str, Entry]) -> None:
     """Every path of the tree is what the manifest says, and nothing else is there."""
     seen: set[str] = set()
@@ -446,28 +437,12 @@ def export(
             "client": options.client, "hostname": options.hostname, "seconds": result.seconds,
             "dockerarch": __version__, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }, indent=2) + "\n")  # fmt: skip
-        _land(root, dest)
-        _land(boot_tmp, boot)
+        replace_dir(root, dest, remove=remove_tree)
+        replace_dir(boot_tmp, boot, remove=remove_tree)
     finally:
         if work.exists():
             remove_tree(work)
     return result
-
-
-def _land(new: Path, final: Path) -> None:
-    """``new`` renamed to ``final``; an earlier tree moved aside first, removed only after."""
-    old = None
-    if os.path.lexists(final):
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-    try:
-        os.rename(new, final)
-    except BaseException:
-        if old is not None:
-            os.rename(old, final)
-        raise
-    if old is not None:
-        remove_tree(old)
 
 
 def write_tarball(image: str, tarball: Path, options: ExportOptions, *, say: Say) -> Exported:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import json
 import lzma
 import os
@@ -62,14 +61,6 @@ class Partition:
     @property
     def linux(self) -> bool:
         return self.fstype in LINUX_FILESYSTEMS
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _not_an_image(path: Path, why: str) -> UsageError:

@@ -12,7 +12,6 @@ sha256.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import tarfile
@@ -22,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dockerarch.errors import UsageError
+from dockerarch.files import sha256_file
 from dockerarch.recipes import Recipe
 
 ARCHIVES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar", ".zip")
@@ -45,14 +45,6 @@ class LocalSource:
         if self.commit:
             data["commit"] = self.commit
         return data
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _archive_names(path: Path) -> list[str]:
@@ -108,7 +100,7 @@ def check_source(text: str, recipe: Recipe) -> LocalSource:
             + (f" (below its folder {top}/)" if top else ""),
             fix=f"Give an archive of {recipe.name}'s source tree.",
         )
-    return LocalSource(path=path, archive=True, sha256=_sha256(path), top=top)
+    return LocalSource(path=path, archive=True, sha256=sha256_file(path), top=top)
 
 
 def context_dir(source: LocalSource, work: Path) -> Path:

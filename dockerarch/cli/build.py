@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli.options import Source
+
 
 def build(
     recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
@@ -26,15 +28,7 @@ def build(
             "--package", "-p", help="wheel recipe: 'NAME==VERSION', or a source directory."
         ),
     ] = None,
-    source: Annotated[
-        str | None,
-        typer.Option(
-            "--source",
-            metavar="PATH",
-            help="The upstream source from this machine (a checkout or a .tar.gz/.tar.xz/.zip) "
-            "instead of a git clone: qpulib, vaccel, torch, torchvision.",
-        ),
-    ] = None,
+    source: Source = None,
     settings: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli.options import Source
+
 
 def generate(
     recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
@@ -20,15 +22,7 @@ def generate(
     package: Annotated[
         str | None, typer.Option("--package", "-p", help="For the wheel recipe: 'NAME==VERSION'.")
     ] = None,
-    source: Annotated[
-        str | None,
-        typer.Option(
-            "--source",
-            metavar="PATH",
-            help="The upstream source from this machine (a checkout or a .tar.gz/.tar.xz/.zip) "
-            "instead of a git clone: qpulib, vaccel, torch, torchvision.",
-        ),
-    ] = None,
+    source: Source = None,
     settings: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),

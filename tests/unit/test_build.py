@@ -9,6 +9,7 @@ import pytest
 
 from dockerarch import build
 from dockerarch.errors import UsageError
+from dockerarch.files import replace_dir
 from dockerarch.recipes import parse_package_spec
 
 LOG = """\
@@ -76,6 +77,6 @@ def test_a_new_result_replaces_the_old_one_whole(tmp_path: Path) -> None:
     (final / "old.whl").write_text("old")
     new.mkdir()
     (new / "new.whl").write_text("new")
-    build._replace_dir(new, final)
+    replace_dir(new, final)
     assert [p.name for p in final.iterdir()] == ["new.whl"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zstandard-0.23.0"]
