@@ -148,13 +148,17 @@ def _restart_ganesha(exports: list[Export], netns: int) -> None:
     pidfile = folder / "ganesha.pid"
     running = _pid(pidfile)
     if running is not None:
-        _stop_pid(running)
+        _stop_pid(running)  # ganesha first: it unregisters from rpcbind as it goes
+    ours = _pid(folder / "rpcbind.pid")
+    if ours is not None and not any(e.nfs3 for e in exports):
+        _stop_pid(ours)
+        (folder / "rpcbind.pid").unlink(missing_ok=True)
     if not exports:
         return
     binary = process.which(GANESHA, hint=HINT)
-    if any(e.nfs3 for e in exports):
-        _ensure_rpcbind()
     folder.mkdir(parents=True, exist_ok=True)
+    if any(e.nfs3 for e in exports):
+        _ensure_rpcbind(folder)
     (folder / "recovery").mkdir(exist_ok=True)
     conf = folder / "ganesha.conf"
     write_atomic(conf, ganesha_config(exports, folder / "recovery").encode())
@@ -176,10 +180,23 @@ def _restart_ganesha(exports: list[Export], netns: int) -> None:
     )
 
 
-def _ensure_rpcbind() -> None:
-    if subprocess.run(["pgrep", "-x", "rpcbind"], capture_output=True, check=False).returncode == 0:
+def _ensure_rpcbind(folder: Path) -> None:
+    """rpcbind for NFSv3, started (and recorded, so it is stopped with the last v3 export) when
+    none runs. It binds 0.0.0.0:111 whatever it is told: run it in a namespace of its own when
+    that matters."""
+    if _answers(111):  # one runs in this network namespace already
         return
-    process.run(["rpcbind", "-w"], hint="Install Debian's rpcbind (NFSv3 needs it).")
+    binary = process.which("rpcbind", hint="Install Debian's rpcbind (NFSv3 needs it).")
+    child = subprocess.Popen([binary, "-f", "-w"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
+    (folder / "rpcbind.pid").write_text(f"{child.pid}\n")
+    for _ in range(50):
+        if _answers(111):
+            return
+        time.sleep(0.1)
+    raise CommandFailedError("rpcbind did not start listening on port 111 within 5 s",
+                             fix="Check that nothing else holds port 111 here.")  # fmt: skip
 
 
 def serve(path: Path, *, client: str = "*", nfs3: bool = False) -> Export:

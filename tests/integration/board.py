@@ -168,14 +168,22 @@ def initramfs(k: Kit, out: Path, *, board_script: bytes, check: str) -> Path:
 
 
 def boot(
-    arch: str, k: Kit, initrd: Path, *, nfspath: str, netns: str, timeout: float = 240
+    arch: str,
+    k: Kit,
+    initrd: Path,
+    *,
+    nfspath: str,
+    netns: str,
+    timeout: float = 240,
+    nfs_opts: str = "",
 ) -> tuple[int | None, str]:
     """Boot the board in the network namespace ``netns``; (the check's exit code, console)."""
     board = BOARDS[arch]
     argv = [
         "nsenter", f"--net=/run/netns/{netns}", *board.qemu, "-m", "512", "-smp", "1",
         "-nographic", "-no-reboot", "-kernel", str(k.kernel), "-initrd", str(initrd),
-        "-append", f"console={board.console} panic=-1 nfspath={nfspath}",
+        "-append", f"console={board.console} panic=-1 nfspath={nfspath}"
+        + (f" BOARD_CHROOT_NFS_OPTS={nfs_opts}" if nfs_opts else ""),
         "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,romfile=",
     ]  # fmt: skip
     started = time.monotonic()

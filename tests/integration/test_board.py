@@ -48,9 +48,10 @@ def in_netns(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHES))
+@pytest.mark.parametrize(("arch", "nfs"), [("aarch64", "4"), ("armv7", "4"), ("aarch64", "3")])
 def test_an_emulated_board_runs_the_export_over_nfs(
     arch: str,
+    nfs: str,
     demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
     netns: str,
     tmp_path: Path,
@@ -61,7 +62,7 @@ def test_an_emulated_board_runs_the_export_over_nfs(
     context = tmp_path / "image"
     context.mkdir()
     image = fidelity_image(data["image"]["tag"], platform, f"dockerarch-test/board:{arch}", context)
-    dest = tmp_path / "nfs" / f"board-{arch}"
+    dest = tmp_path / "nfs" / f"board-{arch}-v{nfs}"
     dest.parent.mkdir()
     done = dockerarch("export-rootfs", "--image", image, "--target", target, str(dest),
                       "--server", "10.0.2.2", "--client", "10.0.2.0/24", timeout=900)  # fmt: skip
@@ -69,7 +70,8 @@ def test_an_emulated_board_runs_the_export_over_nfs(
 
     # QEMU's user-mode network reaches the server from the namespace's loopback: that is the
     # one client allowed.
-    served = in_netns(netns, "nfs", "serve", str(dest), "--client", "127.0.0.1")
+    served = in_netns(netns, "nfs", "serve", str(dest), "--client", "127.0.0.1",
+                      *(["--nfs3"] if nfs == "3" else []))  # fmt: skip
     assert served.returncode == 0, served.stderr
     try:
         listed = in_netns(netns, "nfs", "ls")
@@ -77,10 +79,16 @@ def test_an_emulated_board_runs_the_export_over_nfs(
         kit = board.kit(debian_arch)
         initrd = board.initramfs(kit, tmp_path / "initrd.gz",
                                  board_script=(dest / "board-chroot").read_bytes(), check=CHECK)  # fmt: skip
-        code, console = board.boot(debian_arch, kit, initrd, nfspath=str(dest), netns=netns)
+        # NFSv3 (rpcbind, mountd) as U-Boot-era boards speak it; NFSv4.2 otherwise.
+        opts = "vers=3,nolock,proto=tcp,mountproto=tcp" if nfs == "3" else ""
+        code, console = board.boot(
+            debian_arch, kit, initrd, nfspath=str(dest), netns=netns, nfs_opts=opts
+        )
     finally:
         stopped = in_netns(netns, "nfs", "stop", str(dest))
     assert stopped.returncode == 0, stopped.stderr
+    if nfs == "3":  # the rpcbind this export started ends with it
+        assert subprocess.run(["pgrep", "-x", "rpcbind"], capture_output=True).returncode == 1
     (tmp_path / "console.log").write_text(console)
     assert code == 0, console[-4000:]
     lines = [line.strip() for line in console.splitlines()]
@@ -93,7 +101,7 @@ def test_an_emulated_board_runs_the_export_over_nfs(
         "stat /fid/fifo 644 0 0 fifo",
         "dev /fid/null 1:3 character special file",
         "hardlink shared 2",
-        "rootfs nfs4",
+        "rootfs nfs4" if nfs == "4" else "rootfs nfs",
     ]:
         assert expected in lines, (expected, console[-3000:])
     assert os.listdir(dest)  # the export is still there, untouched by the board's unmounts
