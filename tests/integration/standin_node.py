@@ -94,11 +94,31 @@ def _stop_stale() -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _unmount_under(root: Path) -> None:
+    """Undo every mount a node dockerd that was killed left below its data and exec roots (a
+    build's overlay rootfs, a container's netns file), deepest first, so that removing the
+    folder never deletes through a live mount."""
+    for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
+        point = line.split()[4]
+        if point == str(root) or point.startswith(f"{root}/"):
+            _sh("umount", "--lazy", point, check=False)
+
+
+def _remove_root() -> None:
+    _unmount_under(ROOT)
+    if any(
+        line.split()[4].startswith(f"{ROOT}/")
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    ):
+        raise AssertionError(f"mounts under {ROOT} could not be undone; not removing it")
+    shutil.rmtree(ROOT, ignore_errors=True)
+
+
 @contextmanager
 def standin_node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Yield (endpoint, daemon process) of a fresh dockerd on its own socket and data root."""
     _stop_stale()
-    shutil.rmtree(ROOT, ignore_errors=True)
+    _remove_root()
     ROOT.mkdir(parents=True)
     sock = ROOT / "docker.sock"
     _network()
@@ -120,4 +140,4 @@ def standin_node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         finally:
             stop(daemon)
             _teardown_network()
-            shutil.rmtree(ROOT, ignore_errors=True)
+            _remove_root()
