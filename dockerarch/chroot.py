@@ -16,7 +16,6 @@ import ctypes
 import os
 import re
 import signal
-import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,18 +132,15 @@ def run(
     argv = list(command) or [shell, "-l"]
     bind_lines = "".join(f"{b.source}\t{b.target}\n" for b in binds)
     args = [
-        process.which("unshare", hint="Install util-linux."),
-        "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
+        "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
         "--", "/bin/sh", "-c", SETUP, "dockerarch-chroot",
         str(root), " ".join(devices), bind_lines, *argv,
     ]  # fmt: skip
-    if process.debug_enabled():
-        print(f"+ unshare ... chroot {root} {' '.join(argv)}", flush=True)
     # Mount points a bind needs are made for the run and removed after, so the tree is left as
     # it was (removing an empty directory never reaches through a mount: the namespace is gone).
     made = _make_mount_points(root, binds)
     try:
-        with subprocess.Popen(args, preexec_fn=_die_with_parent) as child:
+        with process.spawn(args, preexec_fn=_die_with_parent) as child:
             if on_start is not None:
                 on_start(child.pid)
             try:

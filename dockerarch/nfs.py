@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -155,7 +154,7 @@ def _restart_ganesha(exports: list[Export], netns: int) -> None:
         (folder / "rpcbind.pid").unlink(missing_ok=True)
     if not exports:
         return
-    binary = process.which(GANESHA, hint=HINT)
+    process.which(GANESHA, hint=HINT)  # missing: said before anything is stopped or written
     folder.mkdir(parents=True, exist_ok=True)
     if any(e.nfs3 for e in exports):
         _ensure_rpcbind(folder)
@@ -164,10 +163,9 @@ def _restart_ganesha(exports: list[Export], netns: int) -> None:
     write_atomic(conf, ganesha_config(exports, folder / "recovery").encode())
     log = folder / "ganesha.log"
     pidfile.unlink(missing_ok=True)
-    subprocess.Popen(
-        [binary, "-F", "-f", str(conf), "-L", str(log), "-p", str(pidfile), "-N", "NIV_EVENT"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    process.spawn(
+        [GANESHA, "-F", "-f", str(conf), "-L", str(log), "-p", str(pidfile), "-N", "NIV_EVENT"],
+        daemon=True, hint=HINT,
     )  # fmt: skip
     for _ in range(100):
         if _answers() and _pid(pidfile) is not None:
@@ -186,10 +184,8 @@ def _ensure_rpcbind(folder: Path) -> None:
     that matters."""
     if _answers(111):  # one runs in this network namespace already
         return
-    binary = process.which("rpcbind", hint="Install Debian's rpcbind (NFSv3 needs it).")
-    child = subprocess.Popen([binary, "-f", "-w"], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)  # fmt: skip
+    hint = "Install Debian's rpcbind (NFSv3 needs it)."
+    child = process.spawn(["rpcbind", "-f", "-w"], daemon=True, hint=hint)
     (folder / "rpcbind.pid").write_text(f"{child.pid}\n")
     for _ in range(50):
         if _answers(111):

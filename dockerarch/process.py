@@ -143,3 +143,21 @@ def stream(
             output=output,
         )
     return Completed(args=tuple(args), returncode=0, stdout=output, stderr="")
+
+
+def spawn(
+    args: Sequence[str],
+    *,
+    daemon: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
+    hint: str = "Install it, or run scripts/setup-host, which installs everything dockerarch needs.",
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` and return at once: a ``daemon`` (a server left running, in a session of
+    its own, with no standard streams) or a child that shares ours (the caller waits for it)."""
+    argv, _ = _prepare(args, None, hint)
+    if daemon:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    return subprocess.Popen(argv, preexec_fn=preexec_fn)

@@ -164,7 +164,6 @@ class Published:
     tags: tuple[str, ...]
     digest: str
     platforms: tuple[str, ...]
-    children: dict[str, str]  # target name -> child digest
 
 
 def push(
@@ -218,7 +217,7 @@ def push(
     if previous is not None and previous.digest != digest:
         say(f"{repository}:{tags[0]} moved from {previous.digest} to {digest}")
     published = Published(repository=repository, tags=tags, digest=digest,
-                          platforms=tuple(expected), children=child_digests)  # fmt: skip
+                          platforms=tuple(expected))  # fmt: skip
     for b in built:
         _record(b, {
             "registry": config.address,

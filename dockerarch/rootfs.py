@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from dockerarch import __version__, engine, paths
+from dockerarch import __version__, engine, paths, process
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import replace_dir, sha256_file, write_atomic
 from dockerarch.layers import CAPABILITY, Entry, LayerWriter
@@ -186,8 +185,17 @@ def unpack_image(image: str, root: Path, work: Path, say: Say) -> dict[str, Entr
 # --- board-ready ------------------------------------------------------------------------------
 
 
-def _write(root: Path, rel: str, text: str, mode: int = 0o644) -> None:
+def _touch(touched: list[str] | None, rel: str) -> None:
+    """Record that ``rel`` and the folders above it may have changed (their entries are taken
+    again from the tree before it is checked)."""
+    if touched is not None:
+        parts = rel.strip("/").split("/")
+        touched += ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _write(root: Path, touched: list[str] | None, rel: str, text: str, mode: int = 0o644) -> None:
     """Replace a file of the tree (never through a link: an existing link is removed first)."""
+    _touch(touched, rel)
     path = root / rel
     if path.is_symlink() or path.exists():
         if path.is_dir() and not path.is_symlink():
@@ -200,14 +208,19 @@ def _write(root: Path, rel: str, text: str, mode: int = 0o644) -> None:
     os.chown(path, 0, 0)
 
 
-def board_ready(root: Path, options: ExportOptions, nfs_path: str) -> list[str]:
-    """Make the tree boot as a board's NFS root; what was done, in words."""
+def board_ready(
+    root: Path, options: ExportOptions, nfs_path: str, touched: list[str] | None = None
+) -> list[str]:
+    """Make the tree boot as a board's NFS root; what was done, in words. Every path it writes
+    or removes is added to ``touched``."""
     done = []
+    for rel in (".dockerenv", "etc/resolv.conf", "dev/console"):
+        _touch(touched, rel)
     if os.path.lexists(root / ".dockerenv"):
         (root / ".dockerenv").unlink()
         done.append("removed /.dockerenv (systemd took the board for a container: docker/cli#3037)")
-    _write(root, "etc/hostname", options.hostname + "\n")
-    _write(root, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{options.hostname}\n"
+    _write(root, touched, "etc/hostname", options.hostname + "\n")
+    _write(root, touched, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{options.hostname}\n"
                               "::1\tlocalhost ip6-localhost ip6-loopback\n")  # fmt: skip
     done.append(f"hostname {options.hostname}, /etc/hosts with localhost")
     resolv = root / "etc/resolv.conf"
@@ -227,9 +240,9 @@ def board_ready(root: Path, options: ExportOptions, nfs_path: str) -> list[str]:
         done.append("/dev/console is the character device 5,1")
     machine_id = root / "etc/machine-id"
     if os.path.lexists(machine_id):
-        _write(root, "etc/machine-id", "", 0o444)  # each board makes its own at first boot
+        _write(root, touched, "etc/machine-id", "", 0o444)  # each board makes its own at first boot
         done.append("emptied /etc/machine-id (each board makes its own)")
-    _write(root, "etc/fstab", (
+    _write(root, touched, "etc/fstab", (
         "# Written by dockerarch export-rootfs: the root is mounted over NFS by the kernel\n"
         f"# (root=/dev/nfs nfsroot={options.server}:{nfs_path}); nothing here remounts it.\n"
         "proc      /proc     proc   defaults                 0 0\n"
@@ -238,33 +251,33 @@ def board_ready(root: Path, options: ExportOptions, nfs_path: str) -> list[str]:
         "tmpfs     /var/log  tmpfs  defaults,nosuid,nodev    0 0\n"
     ))  # fmt: skip
     done.append("/etc/fstab: proc and tmpfs on /tmp, /var/tmp, /var/log; the root is the kernel's")
-    done += _quiet_network(root)
+    done += _quiet_network(root, touched)
     return done
 
 
-def _quiet_network(root: Path) -> list[str]:
+def _quiet_network(root: Path, touched: list[str] | None) -> list[str]:
     """Keep every network manager the tree has off the interface its root came over."""
     done = []
     if (root / "lib/systemd/systemd-networkd").exists() or (
         root / "usr/lib/systemd/systemd-networkd"
     ).exists():
-        _write(root, "etc/systemd/network/10-dockerarch-nfsroot.network",
+        _write(root, touched, "etc/systemd/network/10-dockerarch-nfsroot.network",
                "[Match]\nName=eth0 end0\n\n[Network]\nDHCP=yes\nKeepConfiguration=yes\n\n"
                "[DHCPv4]\nCriticalConnection=yes\n")  # fmt: skip
         done.append("systemd-networkd keeps eth0's address (KeepConfiguration: systemd#21967)")
     if (root / "etc/NetworkManager").is_dir():
-        _write(root, "etc/NetworkManager/conf.d/10-dockerarch-nfsroot.conf",
+        _write(root, touched, "etc/NetworkManager/conf.d/10-dockerarch-nfsroot.conf",
                "[keyfile]\nunmanaged-devices=interface-name:eth0;interface-name:end0\n")  # fmt: skip
         done.append("NetworkManager leaves eth0 alone (unmanaged)")
     dhcpcd = root / "etc/dhcpcd.conf"
     if dhcpcd.is_file() and not dhcpcd.is_symlink():
         text = dhcpcd.read_text()
         if "denyinterfaces eth0" not in text:
-            _write(root, "etc/dhcpcd.conf", text.rstrip("\n") + "\n\n# dockerarch: the NFS root "
+            _write(root, touched, "etc/dhcpcd.conf", text.rstrip("\n") + "\n\n# dockerarch: the NFS root "
                    "came over eth0\ndenyinterfaces eth0 end0\n")  # fmt: skip
         done.append("dhcpcd: denyinterfaces eth0")
     if (root / "etc/network/interfaces").exists() or (root / "etc/network/interfaces.d").is_dir():
-        _write(root, "etc/network/interfaces.d/dockerarch-nfsroot",
+        _write(root, touched, "etc/network/interfaces.d/dockerarch-nfsroot",
                "# dockerarch: the kernel configured eth0 to mount the root; leave it so\n"
                "iface eth0 inet manual\n")  # fmt: skip
         done.append("ifupdown: eth0 manual")
@@ -407,17 +420,11 @@ def export(
         boot_tmp.mkdir()
         entries = unpack_image(image, root, work, say)
         nfs_path = nfs_path or str(dest)
-        changes = board_ready(root, options, nfs_path)
+        touched: list[str] = []
+        changes = board_ready(root, options, nfs_path, touched)
         script = board_script()
-        _write(root, BOARD_SCRIPT, script, 0o755)
-        edited = ["/.dockerenv", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/dev",
-                  "/dev/console", "/etc/machine-id", "/etc/fstab", f"/{BOARD_SCRIPT}",
-                  "/etc/systemd/network", "/etc/systemd/network/10-dockerarch-nfsroot.network",
-                  "/etc/NetworkManager/conf.d", "/etc/NetworkManager/conf.d/10-dockerarch-nfsroot.conf",
-                  "/etc/dhcpcd.conf", "/etc/network/interfaces.d",
-                  "/etc/network/interfaces.d/dockerarch-nfsroot", "/etc/systemd", "/etc/NetworkManager",
-                  "/etc/network"]  # fmt: skip
-        _after_edits(root, entries, edited)
+        _write(root, touched, BOARD_SCRIPT, script, 0o755)
+        _after_edits(root, entries, sorted(set(touched)))
         caps = sorted(p for p, e in entries.items() if e.capability)
         setuid = caps_to_setuid(root, entries) if options.caps_as_setuid else []
         _after_edits(root, entries, setuid)
@@ -459,10 +466,9 @@ def write_tarball(image: str, tarball: Path, options: ExportOptions, *, say: Say
         result = export(image, work / "rootfs", options, say=say, nfs_path=nfs_path)
         part = work / "rootfs.tar"
         say(f"writing {tarball}")
-        subprocess.run(
+        process.run(
             ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls", "-C",
              str(work / "rootfs"), "-cpf", str(part), "."],
-            check=True, capture_output=True,
         )  # fmt: skip
         shutil.copy2(
             work / "rootfs.boot" / "fidelity.jsonl",

@@ -13,13 +13,13 @@ sha256.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from dockerarch import process
 from dockerarch.errors import UsageError
 from dockerarch.files import sha256_file
 from dockerarch.recipes import Recipe
@@ -62,9 +62,8 @@ def _archive_names(path: Path) -> list[str]:
 def _git_commit(path: Path) -> str | None:
     if not (path / ".git").exists() or shutil.which("git") is None:
         return None
-    done = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=False)  # fmt: skip
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    done = process.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=False)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def check_source(text: str, recipe: Recipe) -> LocalSource:

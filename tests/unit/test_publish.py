@@ -109,7 +109,7 @@ def test_transient_docker_messages(text: str, transient: bool) -> None:
 def test_board_lines_say_what_a_board_needs(tmp_path: Path) -> None:
     done = publish.Published(repository="lab.example.invalid:5000/dockerarch/zstandard",
                              tags=("0.23.0",), digest="sha256:" + "d" * 64,
-                             platforms=("linux/arm/v7",), children={})  # fmt: skip
+                             platforms=("linux/arm/v7",))  # fmt: skip
     lab = RegistryConfig(address="lab.example.invalid:5000", insecure=True)
     lines = publish.board_lines(done, lab)
     assert (
