@@ -22,13 +22,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dockerarch import paths
-from dockerarch.errors import UsageError
+from dockerarch.errors import ConfigError, UsageError
 from dockerarch.recipes import Recipe
 from dockerarch.targets import BoardTarget
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from dockerarch.render import RenderRequest
 
 MODES = ("hybrid", "none")
-TOOLCHAIN_TARGET = "debian-amd64"  # the base of the toolchain stage
 DATA = paths.data_path("toolchain")
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
@@ -151,6 +150,21 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def toolchain_base(target: BoardTarget, targets: Mapping[str, BoardTarget]) -> BoardTarget:
+    """The amd64 target whose suite gives ``target`` its cross compilers (``toolchain:``)."""
+    base = targets.get(target.toolchain)
+    if base is None or base.arch.name != "amd64":
+        what = "is not a target" if base is None else f"is an {base.arch.name} target"
+        raise ConfigError(
+            f"Target '{target.name}' ({target.source}) takes its hybrid toolchain from "
+            f"'{target.toolchain}', which {what}.",
+            fix="Name an amd64 target of the same suite in `toolchain:` (for example "
+            "`newer-amd64: {extends: debian-amd64, suite: trixie, gcc: 14}`), or build with "
+            "--accel none.",
+        )
+    return base
+
+
 def for_generate(request: RenderRequest, mode: str) -> RenderRequest:
     """The request as a local build under QEMU would render it. Whether Debian has the cross
     packages is not asked here (generate starts no process); build asks, and falls back."""
@@ -158,7 +172,8 @@ def for_generate(request: RenderRequest, mode: str) -> RenderRequest:
 
     decision = decide(
         request.target, request.recipe, requested=mode, route_accel="qemu",
-        toolchain_base=load_targets()[TOOLCHAIN_TARGET], cross_available=lambda _p, _s: True,
+        toolchain_base=toolchain_base(request.target, load_targets()),
+        cross_available=lambda _p, _s: True,
     )  # fmt: skip
     return dataclasses.replace(request, toolchain=decision.toolchain)
 

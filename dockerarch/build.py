@@ -409,7 +409,7 @@ def plan_accel(
     Debian has, once per package)."""
     from dockerarch.targets import load_targets
 
-    toolchain_base = load_targets()[accel.TOOLCHAIN_TARGET]
+    targets = load_targets()
     known: dict[tuple[str, str], bool] = {}
 
     def available(package: str, suite: str) -> bool:
@@ -423,7 +423,7 @@ def plan_accel(
             r.recipe,
             requested=mode,
             route_accel=route.accel,
-            toolchain_base=toolchain_base,
+            toolchain_base=accel.toolchain_base(r.target, targets),
             cross_available=available,
             ccache=ccache,
         )

@@ -76,6 +76,9 @@ class BoardTarget:
     glibc: str
     cpu_flags: str
     base_image: str
+    # The amd64 target whose suite gives hybrid builds their cross compilers (gcc of the same
+    # major version): debian-amd64 (bookworm) unless a target of a newer suite names its own.
+    toolchain: str
     source: str  # the file(s) it was read from
 
     @property
@@ -110,6 +113,7 @@ class BoardTarget:
             "gcc": self.gcc,
             "glibc": self.glibc,
             "cpu_flags": self.cpu_flags,
+            "toolchain": self.toolchain,
         }
 
     def resolved(self) -> dict[str, str]:
@@ -130,9 +134,10 @@ class BoardTarget:
 
 FIELDS = (
     "description", "arch", "distro", "suite", "mirror", "keyring", "python", "gcc", "glibc",
-    "cpu_flags", "base_image",
+    "cpu_flags", "base_image", "toolchain",
 )  # fmt: skip
-REQUIRED = tuple(f for f in FIELDS if f not in ("base_image", "description"))
+REQUIRED = tuple(f for f in FIELDS if f not in ("base_image", "description", "toolchain"))
+DEFAULT_TOOLCHAIN = "debian-amd64"
 _PATTERNS = {
     "suite": re.compile(r"^[a-z][a-z0-9-]*$"),
     "keyring": re.compile(r"^/[A-Za-z0-9._/+-]+$"),
@@ -142,6 +147,7 @@ _PATTERNS = {
     "mirror": re.compile(r"^(host|(https?|file)://[A-Za-z0-9._~:/%+@-]+)$"),
     "base_image": re.compile(r"^[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?$"),
     "description": re.compile(r"^[^\n`$;\\]*$"),
+    "toolchain": re.compile(r"^[a-z0-9][a-z0-9-]*$"),
 }
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -242,6 +248,7 @@ def _build(name: str, body: Mapping[str, Any], source: str) -> BoardTarget:
     values = {key: body[key] for key in FIELDS if key in body}
     values.setdefault("description", name)
     values.setdefault("base_image", f"dockerarch/base/{name}:{body['suite']}")
+    values.setdefault("toolchain", DEFAULT_TOOLCHAIN)
     values["arch"] = ARCHES[values["arch"]]
     assert {f.name for f in fields(BoardTarget)} == {*FIELDS, "name", "source"}
     return BoardTarget(name=name, source=source, **values)

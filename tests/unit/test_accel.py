@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from dockerarch import accel
+from dockerarch.errors import ConfigError
 from dockerarch.recipes import load_recipes
 from dockerarch.targets import load_targets
 
@@ -117,3 +119,49 @@ def test_the_toolchain_log_is_counted() -> None:
 def test_unknown_mode_is_a_usage_error() -> None:
     with pytest.raises(accel.UsageError, match="--accel fast is not a mode"):
         accel.check_mode("fast")
+
+
+TRIXIE = (
+    "targets:\n"
+    "  trixie-amd64: {extends: debian-amd64, suite: trixie, gcc: 14, python: '3.13'}\n"
+    "  trixie-aarch64:\n"
+    "    extends: debian-aarch64\n    suite: trixie\n    gcc: 14\n    python: '3.13'\n"
+    "    toolchain: trixie-amd64\n"
+)
+
+
+def test_a_newer_suites_target_takes_its_cross_compilers_from_its_own_amd64_target(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "targets.yaml").write_text(TRIXIE)
+    targets = load_targets(tmp_path / "targets.yaml")
+    target = targets["trixie-aarch64"]
+    base = accel.toolchain_base(target, targets)
+    assert base.name == "trixie-amd64" and base.suite == "trixie"
+    asked: list[tuple[str, str]] = []
+    decision = accel.decide(
+        target, RECIPES["wheel"], requested="hybrid", route_accel="qemu", toolchain_base=base,
+        cross_available=lambda package, suite: asked.append((package, suite)) is None,
+    )  # fmt: skip
+    assert decision.toolchain is not None
+    assert decision.toolchain.base_image == "dockerarch/base/trixie-amd64:trixie"
+    assert decision.toolchain.packages[0] == "gcc-14-aarch64-linux-gnu"
+    assert ("gcc-14-aarch64-linux-gnu", "trixie") in asked  # asked of trixie, not bookworm
+    # Targets that name none keep bookworm's amd64 base.
+    assert accel.toolchain_base(targets["debian-armv7"], targets) == AMD64
+
+
+@pytest.mark.parametrize(
+    ("toolchain", "message"),
+    [("trixie-amd46", "which is not a target"), ("debian-armv7", "is an armv7 target")],
+)
+def test_a_toolchain_that_is_not_an_amd64_target_is_a_clear_error(
+    tmp_path: Path, toolchain: str, message: str
+) -> None:
+    (tmp_path / "targets.yaml").write_text(
+        TRIXIE.replace("toolchain: trixie-amd64", f"toolchain: {toolchain}")
+    )
+    targets = load_targets(tmp_path / "targets.yaml")
+    with pytest.raises(ConfigError) as caught:
+        accel.toolchain_base(targets["trixie-aarch64"], targets)
+    assert message in caught.value.message and "toolchain:" in (caught.value.fix or "")
