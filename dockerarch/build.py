@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
-from dockerarch import __version__, accel, artifacts, builders, engine, paths
+from dockerarch import __version__, accel, artifacts, builders, engine, paths, steps
 from dockerarch.errors import DockerarchError, EngineError, UsageError
 from dockerarch.files import replace_dir
 from dockerarch.render import RenderRequest, render
@@ -33,7 +33,15 @@ _STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
 TAIL_LINES = 30
 
-Progress = Callable[[str, str], None]  # (target name, line)
+
+class Progress(Protocol):
+    """Where jobs report (progress.Board): messages, and what each target's build does now."""
+
+    def say(self, name: str, line: str) -> None: ...
+    def step(self, name: str, words: str) -> None: ...
+    def end(self, name: str, words: str) -> None: ...
+
+
 _BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time
 
 
@@ -64,6 +72,7 @@ class JobResult:
     error: DockerarchError | None = None
     seconds: float = 0.0
     log: Path | None = None
+    hybrid: dict[str, int] | None = None  # compiler runs: native, emulated (hybrid builds)
 
 
 def host_ca_bundle() -> str | None:
@@ -75,24 +84,28 @@ def host_ca_bundle() -> str | None:
     return None
 
 
-def _one_line(step: str, width: int = 90) -> str:
-    """A buildx step title for a progress line: RUN steps can be whole shell scripts."""
-    return step if len(step) <= width else step[: width - 3] + "..."
-
-
 def result_name(request: RenderRequest) -> str:
     name = request.package.dist_name if request.package else request.recipe.name
     return f"{name}-{request.version}"
 
 
 class StepTracker:
-    """Follows buildx's plain progress: the current step, and every step's lines."""
+    """Follows buildx's plain progress: the current step, and every step's lines.
 
-    def __init__(self) -> None:
+    BuildKit replays the logs of a step another build already ran (cached toolchain steps show
+    their apt output again in each invocation, with the first run's timestamps): a log line
+    stamped later than the step could have reached is a replay, not work, and is not announced.
+    """
+
+    REPLAY_SLACK = 2.0  # seconds a log stamp may run ahead of our clock (buffering, rounding)
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.steps: dict[str, str] = {}  # "#12" -> "[build 4/5] RUN ..."
         self.lines: dict[str, deque[str]] = {}
         self.current = "starting"
         self.failed: tuple[str, str] | None = None  # (step title, error)
+        self._clock = clock
+        self._seen: dict[str, float] = {}  # when each step's title arrived
 
     def feed(self, line: str) -> bool:
         """Take one line; True when a step starts doing work (cached steps stay quiet)."""
@@ -102,15 +115,26 @@ class StepTracker:
         step = _STEP.match(line)
         if step:
             self.steps.setdefault(number, f"[{step.group('stage')}] {step.group('what')}")
+            self._seen.setdefault(number, self._clock())
             return False
         error = _ERROR.match(line)
         if error and self.failed is None:
             self.failed = (self.steps.get(number, number), error.group("what"))
         working = number in self.steps and not rest.startswith(("CACHED", "DONE", "ERROR"))
+        if working and self._replayed(number, rest):
+            return False
         if working and self.steps[number] != self.current:
             self.current = self.steps[number]
             return True
         return False
+
+    def _replayed(self, number: str, rest: str) -> bool:
+        stamp, _, _ = rest.partition(" ")
+        try:
+            at = float(stamp)
+        except ValueError:
+            return False
+        return at > self._clock() - self._seen[number] + self.REPLAY_SLACK
 
     def failure_report(self) -> tuple[str, list[str]]:
         if self.failed is None:
@@ -133,7 +157,10 @@ class Job:
         self.contexts: dict[str, str] = {}  # named build contexts (--source)
 
     def say(self, line: str) -> None:
-        self.progress(self.target.name, line)
+        self.progress.say(self.target.name, line)
+
+    def step(self, words: str) -> None:
+        self.progress.step(self.target.name, words)
 
     def run(self) -> JobResult:
         started = time.monotonic()
@@ -147,7 +174,7 @@ class Job:
         log_path = landing / "build.log"
         try:
             with log_path.open("w") as log:
-                self._build(work, landing, log, started)
+                result.hybrid = self._build(work, landing, log, started)
             result.artifacts = sorted(
                 p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json")
             )
@@ -168,7 +195,9 @@ class Job:
             result.seconds = time.monotonic() - started
         return result
 
-    def _build(self, work: Path, landing: Path, log: TextIO, started: float) -> None:
+    def _build(
+        self, work: Path, landing: Path, log: TextIO, started: float
+    ) -> dict[str, int] | None:
         request, route = self.request, self.route
         if route.note:
             self.say(route.note)
@@ -192,7 +221,7 @@ class Job:
             cache_from=(f"type=registry,ref={cache_ref}",) if cache_ref and self.options.cache else (),
             node_context=route.context, build_contexts=self.contexts,
         )  # fmt: skip
-        self._stream(spec, log, "artifacts")
+        self._stream(spec, log, "starting buildx")
         reports = []
         for path in sorted(landing.iterdir()):
             if path.name == "build.log":
@@ -225,7 +254,7 @@ class Job:
                 load_tag=image_tag, secrets=secrets, cache=True,
                 node_context=route.context, build_contexts=self.contexts,
             )  # fmt: skip
-            self._stream(runtime, log, "runtime")
+            self._stream(runtime, log, "runtime image")
             found = engine.image_labels(image_tag, route.context)
             image_id = found[0] if found else None
             smoke_output = self._smoke(image_tag, route, reports, log)
@@ -249,6 +278,7 @@ class Job:
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        return manifest["hybrid"]  # type: ignore[return-value]
 
     def _registry_cache_ref(self) -> str | None:
         """registry.yaml's build cache for this build, when on and the builder can reach it."""
@@ -273,7 +303,7 @@ class Job:
                                 cache=True, node_context=self.route.context,
                                 build_contexts=self.contexts)  # fmt: skip
         try:
-            self._stream(spec, log, "registry cache")
+            self._stream(spec, log, "pushing the registry cache")
         except EngineError as exc:
             why = (getattr(exc, "tail", None) or [exc.problem])[-1].strip()
             self.say(f"registry cache not pushed ({why}); the build goes on without it")
@@ -287,7 +317,7 @@ class Job:
         spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage=accel.LOG_STAGE,
                                 output_dir=dest, secrets=self.options.secrets, cache=True,
                                 node_context=self.route.context, build_contexts=self.contexts)  # fmt: skip
-        self._stream(spec, log, "toolchain log")
+        self._stream(spec, log, "reading the compiler-run log")
         counts = accel.count_runs((dest / "toolchain.log").read_text(errors="replace"))
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
                  f"runs native (x86-64), {counts['emulated']} under QEMU")  # fmt: skip
@@ -331,20 +361,18 @@ class Job:
                 engine.copy_image(tag, route.context)
         return local
 
-    def _stream(self, spec: engine.BuildSpec, log: TextIO, what: str) -> None:
+    def _stream(self, spec: engine.BuildSpec, log: TextIO, first: str) -> None:
+        """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
+        self.step(first)
         tracker = StepTracker()
-        started = time.monotonic()
-        last_said = started
+        subject = result_name(self.request).rsplit("-", 1)[0]
         log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
         try:
             for chunk in engine.build_lines(spec):
                 for line in chunk.splitlines():
                     log.write(line + "\n")
-                    changed = tracker.feed(line)
-                    now = time.monotonic()
-                    if changed or now - last_said > 30:
-                        self.say(f"{what} {_one_line(tracker.current)}")
-                        last_said = now
+                    if tracker.feed(line):
+                        self.step(steps.describe(tracker.current, subject=subject))
         except engine.BuildFailed as exc:
             log.flush()
             title, tail = tracker.failure_report()
@@ -360,7 +388,7 @@ class Job:
             command = (
                 f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
             )
-        self.say(f"smoke test: {command}")
+        self.step("smoke test")
         code, output = engine.run_in_image(image, self.target.platform, command, route.context)
         log.write(f"### smoke test: {command}\n{output}\n")
         if code != 0:
@@ -370,7 +398,9 @@ class Job:
                 fix="The artifacts built and verified but do not work installed; see build.log. "
                 "--no-smoke skips the test.",
             )
-        return output.strip().splitlines()[-1] if output.strip() else "ok"
+        said = output.strip().splitlines()[-1] if output.strip() else "ok"
+        self.say(f"smoke test passed: {said}")
+        return said
 
 
 class BuildStepFailed(EngineError):
@@ -442,14 +472,23 @@ def run_jobs(
     decisions = plan_accel(requests, routes, options.accel, ccache=options.ccache)
     for request, decision in zip(requests, decisions, strict=True):
         if decision.note:
-            progress(request.target.name, decision.note)
+            progress.say(request.target.name, decision.note)
 
     def work(index: int, request: RenderRequest) -> None:
+        name = request.target.name
         try:
             results[index] = Job(request, options, progress, routes[index], decisions[index]).run()
+            result = results[index]
+            if result.error is None:
+                count = len(result.artifacts)
+                progress.end(name, f"done: {count} artifact{'s' if count != 1 else ''} verified")
+            else:
+                progress.end(name, f"failed (exit code {result.error.exit_code})")
         except DockerarchError as exc:
             results[index].error = exc
+            progress.end(name, "failed")
         except Exception as exc:
+            progress.end(name, "failed")
             error = DockerarchError(
                 f"internal error while building for {request.target.name}: "
                 f"{type(exc).__name__}: {exc}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,22 +44,70 @@ def bootstrap(
     """Bootstrap the base image of a target with mmdebstrap under QEMU, load it, push it."""
     from dockerarch import base
     from dockerarch.config import load_registry_config
+    from dockerarch.errors import DockerarchError
+    from dockerarch.progress import Board
     from dockerarch.targets import load_targets, select_targets
 
     extra = [p.strip() for p in (include or "").split(",") if p.strip()]
     registry = load_registry_config().address if push else None
-    for board in select_targets(load_targets(), arch=arch, target=target):
-        request = base.make_request(
+    boards = select_targets(load_targets(), arch=arch, target=target)
+    requests = [
+        base.make_request(
             board, suite=suite, mirror=mirror, keyring=keyring, include=extra, snapshot=snapshot
         )
+        for board in boards
+    ]  # every request first: a bad one stops the run before anything starts
+    for request in requests:
         typer.echo(
-            f"{board.name}: {request.tag} ({board.platform}) from {request.snapshot or request.mirror} {request.suite}",
+            f"{request.target.name}: {request.tag} ({request.target.platform}) from "
+            f"{request.snapshot or request.mirror} {request.suite}",
             err=True,
         )
-        result = base.bootstrap(
-            request, refresh=refresh, push_to=registry, progress=_progress(board.name)
-        )
-        _report(board.name, result)
+    outcomes: dict[str, base_module.BaseResult | DockerarchError] = {}
+
+    def one(request: base_module.BaseRequest, board: Board) -> None:
+        name = request.target.name
+        board.start(name)
+
+        def show(line: str) -> None:
+            if line.startswith(("W:", "E:")):
+                board.say(name, line)  # mmdebstrap's warnings and errors stay on screen
+            else:
+                board.step(name, _words(line))
+
+        try:
+            result = base.bootstrap(request, refresh=refresh, push_to=registry, progress=show)
+        except DockerarchError as exc:
+            outcomes[name] = exc
+            board.end(name, "failed")
+        else:
+            outcomes[name] = result
+            board.end(name, f"{'cached' if result.cached else 'made'} in {result.seconds:.0f} s")
+
+    # Several arches at once, each with its own line: emulated mmdebstraps are mostly one core
+    # each, and the amd64 one is short.
+    with Board(r.target.name for r in requests) as board:
+        threads = [threading.Thread(target=one, args=(r, board), daemon=True) for r in requests]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # wakes up for Ctrl-C
+    failed: list[DockerarchError] = []
+    for request in requests:
+        outcome = outcomes[request.target.name]
+        if isinstance(outcome, DockerarchError):
+            failed.append(outcome)
+            typer.echo(outcome.render(), err=True)
+        else:
+            _report(request.target.name, outcome)
+    if failed:
+        raise typer.Exit(max(e.exit_code for e in failed))
+
+
+def _words(line: str) -> str:
+    """An mmdebstrap progress line ("I: installing essential packages...") as words."""
+    return line.removeprefix("I: ").removesuffix("...").strip()
 
 
 def _progress(name: str) -> Callable[[str], None]:

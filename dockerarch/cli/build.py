@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dockerarch.cli.options import Source
+from dockerarch.cli.output import columns
+
+if TYPE_CHECKING:
+    from dockerarch.build import JobResult
 
 
 def build(
@@ -109,21 +111,13 @@ def build(
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback,
     )  # fmt: skip
-    started = time.monotonic()
-    lock = threading.Lock()
-    width = max(len(r.target.name) for r in requests)
-
-    def progress(name: str, line: str) -> None:
-        elapsed = time.monotonic() - started
-        with lock:
-            typer.echo(
-                f"  {name:<{width}} {int(elapsed // 60):2d}:{int(elapsed % 60):02d}  {line}",
-                err=True,
-            )
+    from dockerarch.progress import Board
 
     names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
     typer.echo(f"building {requests[0].recipe.name} {requests[0].version} for {names}", err=True)
-    results = build_module.run_jobs(requests, options, progress)
+    with Board(r.target.name for r in requests) as board:
+        results = build_module.run_jobs(requests, options, board)
+    typer.echo(summary(results), err=True)
     failed = [r for r in results if r.error is not None]
     for result in results:
         if result.error is None:
@@ -158,3 +152,15 @@ def build(
         from dockerarch.publish import find_built
 
         publish_built(find_built(requests, out), registry, index_tag=None, tags=())
+
+
+def summary(results: list[JobResult]) -> str:
+    """The table after a build: target, artifacts, seconds, where the compiler runs ran."""
+    rows = [("target", "seconds", "compiler runs", "artifacts")]
+    for result in results:
+        runs = "-"
+        if result.hybrid is not None:
+            runs = f"{result.hybrid['native']} native, {result.hybrid['emulated']} emulated"
+        made = ", ".join(p.name for p in result.artifacts) or ("failed" if result.error else "-")
+        rows.append((result.target, f"{result.seconds:.0f}", runs, made))
+    return columns(rows)

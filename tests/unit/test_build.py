@@ -80,3 +80,20 @@ def test_a_new_result_replaces_the_old_one_whole(tmp_path: Path) -> None:
     replace_dir(new, final)
     assert [p.name for p in final.iterdir()] == ["new.whl"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zstandard-0.23.0"]
+
+
+def test_a_cached_step_whose_log_buildkit_replays_is_not_announced() -> None:
+    now = [100.0]
+    tracker = build.StepTracker(clock=lambda: now[0])
+    replay = [
+        "#3 [toolchain 2/4] RUN apt-get install -y --no-install-recommends gcc",
+        "#3 0.101 Reading package lists...",  # early lines of a replay look like work...
+        "#3 16.52 Setting up gcc (4:12.2.0-3) ...",  # ...until a stamp the clock cannot reach
+        "#3 DONE 16.7s",
+    ]
+    assert [tracker.feed(line) for line in replay] == [False, True, False, False]
+    # The same step run for real: its stamps keep pace with the clock.
+    tracker = build.StepTracker(clock=lambda: now[0])
+    tracker.feed(replay[0])
+    now[0] += 17.0
+    assert tracker.feed(replay[2]) is True

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import io
+import re
+import threading
+from pathlib import Path
+
+from dockerarch.build import JobResult
+from dockerarch.cli.build import summary
+from dockerarch.progress import Board
+
+
+def _plain() -> tuple[Board, io.StringIO]:
+    stream = io.StringIO()
+    return Board(["debian-armv7", "debian-aarch64"], stream=stream, live=False), stream
+
+
+def test_without_a_terminal_each_step_is_printed_once_per_target() -> None:
+    board, stream = _plain()
+    with board:
+        for _ in range(3):  # buildx repeats a step's title for every line it prints
+            board.step("debian-armv7", "apt: 8 packages")
+            board.step("debian-aarch64", "apt: 8 packages")
+        board.step("debian-armv7", "compiling zstandard with uv")
+        board.say("debian-armv7", "verified zstandard-0.23.0-cp311-cp311-linux_armv7l.whl")
+        board.end("debian-armv7", "done: 1 artifact verified")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 5, lines
+    # Aligned: every target name padded to the longest, then m:ss, then the words.
+    assert re.fullmatch(r"  debian-armv7 {3} ?\d+:\d\d  apt: 8 packages", lines[0])
+    assert [line.split(maxsplit=2)[2] for line in lines] == [
+        "apt: 8 packages",
+        "apt: 8 packages",
+        "compiling zstandard with uv",
+        "verified zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
+        "done: 1 artifact verified",
+    ]
+
+
+def test_a_target_that_comes_back_to_an_earlier_step_says_so_again() -> None:
+    board, stream = _plain()
+    board.step("debian-armv7", "base image")
+    board.step("debian-armv7", "runtime image: apt: 2 packages")
+    board.step("debian-armv7", "base image")
+    assert stream.getvalue().count("base image") == 2
+
+
+def test_concurrent_jobs_never_interleave_within_a_line() -> None:
+    board, stream = _plain()
+
+    def chatter(name: str) -> None:
+        for i in range(200):
+            board.step(name, f"step {i} of {name}")
+
+    threads = [threading.Thread(target=chatter, args=(n,)) for n in board.names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 400
+    assert all(re.fullmatch(r"  (\S+) +\d+:\d\d  step \d+ of \1", line) for line in lines)
+
+
+def test_on_a_terminal_the_last_state_of_every_target_stays_after_the_live_lines() -> None:
+    stream = io.StringIO()
+    with Board(["a", "b"], stream=stream, live=True) as board:
+        board.say("a", "building on local (hybrid)")
+        board.step("a", "compiling zstandard with uv")
+        board.end("a", "done: 1 artifact verified")
+        board.end("b", "failed (exit code 6)")
+    text = stream.getvalue()
+    assert "building on local (hybrid)" in text
+    tail = text.splitlines()[-2:]
+    assert tail[0].split(maxsplit=2)[2] == "done: 1 artifact verified"
+    assert tail[1].split(maxsplit=2)[2] == "failed (exit code 6)"
+
+
+def test_the_summary_table_has_a_row_per_target_with_its_compiler_runs(tmp_path: Path) -> None:
+    good = JobResult(
+        target="debian-armv7",
+        artifacts=[tmp_path / "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl"],
+        seconds=184.4,
+        hybrid={"runs": 12, "compiles": 10, "native": 12, "emulated": 0},
+    )
+    plain = JobResult(target="debian-aarch64", artifacts=[tmp_path / "x.whl"], seconds=61)
+    table = summary([good, plain]).splitlines()
+    assert table[0].split() == ["target", "seconds", "compiler", "runs", "artifacts"]
+    assert table[1].split() == [
+        "debian-armv7", "184", "12", "native,", "0", "emulated",
+        "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
+    ]  # fmt: skip
+    assert table[2].split() == ["debian-aarch64", "61", "-", "x.whl"]

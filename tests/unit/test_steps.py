@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dockerarch import accel, paths, steps
+from dockerarch.recipes import load_recipes
+from dockerarch.render import plan, render
+from dockerarch.targets import load_targets
+
+RECIPES = load_recipes()
+TARGETS = load_targets()
+
+
+def _titles(dockerfile: str) -> list[str]:
+    """Every step as buildx titles it: ``[stage n/m] COMMAND`` with continuations joined."""
+    joined = re.sub(r"\\\n", "", dockerfile)
+    stages: dict[str, list[str]] = {}
+    stage = ""
+    for line in joined.splitlines():
+        found = re.match(r"^FROM \S+(?: \S+)* AS (\S+)$", line) or re.match(r"^FROM (\S+)$", line)
+        if found:
+            stage = found.group(1)
+            stages[stage] = [line]
+        elif re.match(r"^(RUN|COPY) ", line):
+            stages[stage].append(line)
+    return [
+        f"[{name} {i + 1}/{len(lines)}] {line}"
+        for name, lines in stages.items()
+        for i, line in enumerate(lines)
+    ]
+
+
+def _dockerfile(recipe: str, target: str, mode: str) -> str:
+    package = "zstandard==0.23.0" if recipe == "wheel" else None
+    (request,) = plan(recipe, arch=None, target=target, version=None, package=package, settings={})
+    return render(accel.for_generate(request, mode), paths.template_dirs())
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "none"])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_every_step_of_every_recipe_reads_as_words(recipe: str, mode: str) -> None:
+    titles = _titles(_dockerfile(recipe, "debian-armv7", mode))
+    assert titles
+    for title in titles:
+        words = steps.describe(title, subject=recipe)
+        assert len(words) <= 60, (title, words)
+        # No shell or buildx noise reaches the progress line.
+        for noise in ("--mount", "/run/secrets", "if [", "&&", "\\"):
+            assert noise not in words, (title, words)
+
+
+def test_the_wheel_recipes_steps_say_what_they_do() -> None:
+    said = [
+        steps.describe(t, subject="zstandard")
+        for t in _titles(_dockerfile("wheel", "debian-armv7", "hybrid"))
+    ]
+    assert "native toolchain: apt: 8 packages" in said
+    assert "native toolchain: installing uv" in said
+    assert "native toolchain: collecting gcc 12 for arm-linux-gnueabihf" in said
+    assert "fetching zstandard==0.23.0 from the index" in said
+    assert "grafting the native cross compiler" in said
+    assert "checking the grafted compiler" in said
+    assert "compiling zstandard with uv" in said
+    assert "runtime image: installing the artifacts" in said
+    assert any(re.fullmatch(r"apt: \d+ packages", s) for s in said)
+    assert any(re.fullmatch(r"runtime image: apt: \d+ packages", s) for s in said)
+
+
+@pytest.mark.parametrize(
+    ("title", "words"),
+    [
+        (
+            "[internal] load metadata for docker.io/dockerarch/base/debian-amd64:bookworm",
+            "reading the build context",
+        ),
+        ("[context source] load from client", "reading the build context"),
+        (
+            "[build 6/9] RUN --mount=type=cache,id=x,target=/c     cmake -B build -G Ninja",
+            "compiling vaccel with cmake",
+        ),
+        (
+            "[build 6/9] RUN --mount=type=cache,id=x,target=/c     meson setup build",
+            "compiling vaccel with meson",
+        ),
+        ("[build 5/9] COPY --from=source . /src/vaccel", "copying the --source tree"),
+        (
+            "[build 4/9] RUN git clone --depth 1 https://example.invalid/x.git /src/x",
+            "cloning https://example.invalid/x.git",
+        ),
+        ("[build 3/9] RUN echo one two three", "echo one two three"),
+        (
+            "[runtime 2/3] RUN apt-get install -y --no-install-recommends  python3",
+            "runtime image: apt: 1 package",
+        ),
+    ],
+)
+def test_titles_to_words(title: str, words: str) -> None:
+    assert steps.describe(title, subject="vaccel") == words
+
+
+def test_an_unknown_long_command_is_cut_to_one_short_line() -> None:
+    words = steps.describe("[build 3/9] RUN " + "x" * 200)
+    assert len(words) == 60 and words.endswith("...")
