@@ -367,6 +367,7 @@ class Job:
         tracker = StepTracker()
         subject = result_name(self.request).rsplit("-", 1)[0]
         log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
+        started = time.monotonic()
         try:
             for chunk in engine.build_lines(spec):
                 for line in chunk.splitlines():
@@ -377,6 +378,8 @@ class Job:
             log.flush()
             title, tail = tracker.failure_report()
             raise BuildStepFailed(self.target.name, title, tail) from exc
+        # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
+        log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")
 
     def _smoke(self, image: str, route: builders.Route, reports: list[artifacts.ArtifactReport],
                log: TextIO) -> str:  # fmt: skip
