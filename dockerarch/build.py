@@ -57,6 +57,7 @@ class BuildOptions:
     ccache: bool = True  # hybrid builds' compiler cache
     registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
     registry_cache_loopback: bool = True  # the registry is on this machine only
+    uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -263,6 +264,7 @@ class Job:
             "version": request.version,
             "package": request.package.spec if request.package else None,
             "source": request.source.record() if request.source else None,
+            "uses": {k: v for k, v in self.contexts.items() if k != "source"} or None,
             "options": dict(request.options),
             "target": self.target.name,
             "platform": self.target.platform,
@@ -464,6 +466,39 @@ def plan_accel(
     ]
 
 
+def resolve_uses(request: RenderRequest, options: BuildOptions) -> dict[str, Path]:
+    """The named contexts a recipe takes from other results (``uses``): --use NAME=DIR, or the
+    result directory OUT/<target>/<pattern>. Checked before anything is built."""
+    found: dict[str, Path] = {}
+    for name, pattern in request.recipe.uses.items():
+        given = options.uses.get(name)
+        path = given or options.out / request.target.name / pattern.format(**request.options)
+        if not path.is_dir() or not any(p.is_file() for p in path.iterdir()):
+            result = pattern.format(**request.options)
+            recipe, _, version = result.rpartition("-")
+            how = (
+                f"--use {name}={given} names no directory holding files"
+                if given
+                else f"it takes {name} from {path}, the result of `dockerarch build {recipe} "
+                f"--version {version} --target {request.target.name}`, which is not there"
+            )
+            raise UsageError(
+                f"Recipe '{request.recipe.name}' cannot build for {request.target.name}: {how}.",
+                fix=f"Build that first (with the same --out), or name a directory that holds "
+                f"what it needs for the target: --use {name}=DIR.",
+            )
+        found[name] = path.resolve()
+    unknown = sorted(set(options.uses) - set(request.recipe.uses))
+    if unknown:
+        takes = ", ".join(request.recipe.uses) or "none"
+        raise UsageError(
+            f"--use {unknown[0]}=... is not a context recipe '{request.recipe.name}' takes "
+            f"(it takes: {takes})",
+            fix="Drop it, or check the name with dockerarch recipes --json.",
+        )
+    return found
+
+
 def run_jobs(
     requests: list[RenderRequest], options: BuildOptions, progress: Progress
 ) -> list[JobResult]:
@@ -472,6 +507,7 @@ def run_jobs(
     # Every route first: a node that does not answer stops the run before anything is built or written.
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
+    uses = [resolve_uses(r, options) for r in requests]
     decisions = plan_accel(requests, routes, options.accel, ccache=options.ccache)
     for request, decision in zip(requests, decisions, strict=True):
         if decision.note:
@@ -480,7 +516,9 @@ def run_jobs(
     def work(index: int, request: RenderRequest) -> None:
         name = request.target.name
         try:
-            results[index] = Job(request, options, progress, routes[index], decisions[index]).run()
+            job = Job(request, options, progress, routes[index], decisions[index])
+            job.contexts.update({k: str(v) for k, v in uses[index].items()})
+            results[index] = job.run()
             result = results[index]
             if result.error is None:
                 count = len(result.artifacts)

@@ -155,6 +155,9 @@ class Recipe:
     no_hybrid: str | None = None  # why this recipe must compile with the emulated ARM compiler
     # Recipes that clone a git repository take --source: files of which one must be at its root.
     source_markers: tuple[str, ...] = ()
+    # Named build contexts from other recipes' results: name -> result directory pattern under
+    # OUT/<target>/, with {OPTION} replaced ("torch-wheels": "torch-{TORCH_VERSION}").
+    uses: Mapping[str, str] = field(default_factory=dict)
 
     def supports(self, target: BoardTarget) -> bool:
         if target.arch.name not in self.arches:
@@ -220,8 +223,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
-    "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers",
+    "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers", "uses",
 )  # fmt: skip
+_CONTEXT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
 def _strings(value: Any, where: str, source: Path) -> tuple[str, ...]:
@@ -241,6 +245,22 @@ def _reason(value: Any, source: Path) -> str | None:
             "ARM compiler"
         )
     return value.strip()
+
+
+def _uses(value: Any, options: Mapping[str, RecipeOption], source: Path) -> dict[str, str]:
+    uses: dict[str, str] = {}
+    for name, pattern in require_mapping(value, "uses", source).items():
+        if not _CONTEXT_NAME.match(str(name)) or name in ("source", "context"):
+            raise ConfigError(f"'uses.{name}' in {source}: not a usable build context name")
+        text = str(pattern)
+        for field_name in re.findall(r"\{([^}]*)\}", text):
+            if field_name not in options:
+                raise ConfigError(
+                    f"'uses.{name}' in {source} names {{{field_name}}}, which is not an option"
+                    f"{did_you_mean(field_name, options)}"
+                )
+        uses[str(name)] = text
+    return uses
 
 
 def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Recipe:
@@ -335,6 +355,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         source=source,
         no_hybrid=_reason(top.get("no_hybrid"), source),
         source_markers=_strings(top.get("source_markers"), "source_markers", source),
+        uses=_uses(top.get("uses"), options, source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

@@ -31,6 +31,15 @@ def build(
         ),
     ] = None,
     source: Source = None,
+    use: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--use",
+            metavar="NAME=DIR",
+            help="A context the recipe takes from another build's result (torchvision: "
+            "torch-wheels), from DIR instead; repeatable.",
+        ),
+    ] = None,
     settings: Annotated[
         list[str] | None,
         typer.Option("--set", "-s", metavar="KEY=VALUE", help="Set a recipe option; repeatable."),
@@ -109,7 +118,7 @@ def build(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
-        registry_cache_loopback=registry.loopback,
+        registry_cache_loopback=registry.loopback, uses=parse_use(use or []),
     )  # fmt: skip
     from dockerarch.progress import Board
 
@@ -164,3 +173,18 @@ def summary(results: list[JobResult]) -> str:
         made = ", ".join(p.name for p in result.artifacts) or ("failed" if result.error else "-")
         rows.append((result.target, f"{result.seconds:.0f}", runs, made))
     return columns(rows)
+
+
+def parse_use(pairs: list[str]) -> dict[str, Path]:
+    """--use NAME=DIR pairs."""
+    from dockerarch.errors import UsageError
+
+    found: dict[str, Path] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise UsageError(
+                f"--use '{pair}' is not NAME=DIR", fix="Write it like --use torch-wheels=./wheels."
+            )
+        found[name.strip()] = Path(value.strip()).expanduser()
+    return found

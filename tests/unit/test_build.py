@@ -97,3 +97,43 @@ def test_a_cached_step_whose_log_buildkit_replays_is_not_announced() -> None:
     tracker.feed(replay[0])
     now[0] += 17.0
     assert tracker.feed(replay[2]) is True
+
+
+def _torchvision(version: str = "0.18.1"):  # type: ignore[no-untyped-def]
+    from dockerarch.render import plan
+
+    (request,) = plan("torchvision", arch=None, target="debian-aarch64", version=version,
+                      package=None, settings={})  # fmt: skip
+    return request
+
+
+def test_torchvision_takes_the_torch_result_of_its_target(tmp_path: Path) -> None:
+    wheels = tmp_path / "debian-aarch64" / "torch-2.3.1"
+    wheels.mkdir(parents=True)
+    (wheels / "torch-2.3.1-cp311-cp311-linux_aarch64.whl").write_bytes(b"PK")
+    found = build.resolve_uses(_torchvision(), build.BuildOptions(out=tmp_path))
+    assert found == {"torch-wheels": wheels.resolve()}
+
+
+def test_a_missing_torch_result_says_which_build_makes_it(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as caught:
+        build.resolve_uses(_torchvision("0.24.1"), build.BuildOptions(out=tmp_path))
+    text = caught.value.render()
+    assert "dockerarch build torch --version 2.9.1 --target debian-aarch64" in " ".join(
+        text.split()
+    )
+    assert "--use torch-wheels=DIR" in " ".join(text.split())
+
+
+def test_use_names_a_directory_instead_and_only_contexts_the_recipe_takes(tmp_path: Path) -> None:
+    wheels = tmp_path / "pypi"
+    wheels.mkdir()
+    (wheels / "torch-2.9.1-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"PK")
+    options = build.BuildOptions(out=tmp_path / "dist", uses={"torch-wheels": wheels})
+    assert build.resolve_uses(_torchvision("0.24.1"), options) == {"torch-wheels": wheels.resolve()}
+    empty = build.BuildOptions(out=tmp_path, uses={"torch-wheels": tmp_path / "nothing"})
+    with pytest.raises(UsageError, match="names no directory holding files"):
+        build.resolve_uses(_torchvision(), empty)
+    stray = build.BuildOptions(out=tmp_path, uses={"torch-wheels": wheels, "numpy-wheels": wheels})
+    with pytest.raises(UsageError, match="numpy-wheels"):
+        build.resolve_uses(_torchvision(), stray)
