@@ -74,6 +74,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return "counting compiler runs"
     if "from=artifacts" in rest:
         return "runtime image: installing the artifacts"
+    if "tar -xzf" in body or "tar -xf" in body:
+        return "unpacking the sources"
     clone = _CLONE.search(body)
     if clone:
         return f"cloning {clone.group('url')}"
