@@ -332,12 +332,13 @@ class BuildFailed(EngineError):
 def run_in_image(
     image: str, platform: str, command: str, context: str | None = None
 ) -> tuple[int, str]:
-    """Run ``sh -c command`` in a throw-away container; (exit code, output)."""
+    """Run ``sh -c command`` in a throw-away container; (exit code, output: stdout and stderr
+    together, so nothing of it reaches this process's terminal, and the log gets all of it)."""
     from python_on_whales.exceptions import DockerException
 
     try:
         output = client(context).run(
-            image, ["sh", "-c", command], platform=platform, remove=True, tty=False
+            image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True, tty=False
         )
     except DockerException as exc:
         text = ((exc.stdout or "") + (exc.stderr or "")).strip()

@@ -81,7 +81,9 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"cloning {clone.group('url')}"
     if "uv build" in body:
         sdist = _SDIST.search(rest)
-        return f"compiling {sdist.group('dist').removesuffix('-tree') if sdist else subject} with uv"
+        return (
+            f"compiling {sdist.group('dist').removesuffix('-tree') if sdist else subject} with uv"
+        )
     for needle, tool in _TOOLS:
         if needle in body:
             return f"compiling {subject} with {tool}"
