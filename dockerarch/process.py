@@ -6,15 +6,18 @@ program is missing, and never puts a secret in argv: secrets travel on stdin (``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dockerarch.errors import CommandFailedError, ToolMissingError
 
@@ -161,3 +164,41 @@ def spawn(
             start_new_session=True,
         )  # fmt: skip
     return subprocess.Popen(argv, preexec_fn=preexec_fn)
+
+
+def children_of(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The processes whose parent is ``pid``, read from /proc."""
+    found = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not a process
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
+def interrupt_children(timeout: float = 10.0) -> list[int]:
+    """SIGINT to every program dockerarch started that still runs, then wait for them a little.
+
+    Ctrl-C on a terminal reaches the whole process group, but a `kill -INT` of dockerarch alone
+    (a CI timeout, a supervisor) would leave buildx building on: buildx cancels its build on
+    SIGINT. Returns the processes signalled."""
+    children = children_of(os.getpid())
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    waiting = set(children)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid  # reaped elsewhere
+            if done:
+                waiting.discard(pid)
+        time.sleep(0.1)
+    return children

@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("Interrupted.", err=True)
+        from dockerarch import process
+
+        stopped = process.interrupt_children()
+        typer.echo("Interrupted." + (" Stopped what it had started." if stopped else ""), err=True)
         sys.exit(INTERRUPTED_EXIT)
     except Exception as exc:
         if debug:
