@@ -156,6 +156,7 @@ class Job:
         self.progress = progress
         self.final = options.out / self.target.name / result_name(request)
         self.contexts: dict[str, str] = {}  # named build contexts (--source)
+        self.work: Path | None = None  # the job's temporary directory while it runs
 
     def say(self, line: str) -> None:
         self.progress.say(self.target.name, line)
@@ -170,6 +171,7 @@ class Job:
         work = Path(
             tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".tmp", dir=self.final.parent)
         )
+        self.work = work
         landing = work / "result"
         landing.mkdir()
         log_path = landing / "build.log"
@@ -193,8 +195,24 @@ class Job:
                 result.log = kept
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            self.work = None
             result.seconds = time.monotonic() - started
         return result
+
+    def keep_interrupted_log(self) -> Path | None:
+        """On Ctrl-C (the job's thread is stopped with the process, its cleanup never runs):
+        its log so far kept beside the result, as a failed one is, and its temporary directory
+        removed."""
+        work = self.work
+        if work is None:
+            return None
+        kept = None
+        log = work / "result" / "build.log"
+        if log.exists():
+            kept = self.final.parent / f"{self.final.name}.interrupted.log"
+            os.replace(log, kept)
+        shutil.rmtree(work, ignore_errors=True)
+        return kept
 
     def _build(
         self, work: Path, landing: Path, log: TextIO, started: float
@@ -516,7 +534,7 @@ def run_jobs(
     def work(index: int, request: RenderRequest) -> None:
         name = request.target.name
         try:
-            job = Job(request, options, progress, routes[index], decisions[index])
+            job = jobs[index]
             job.contexts.update({k: str(v) for k, v in uses[index].items()})
             results[index] = job.run()
             result = results[index]
@@ -538,12 +556,20 @@ def run_jobs(
             error.__cause__ = exc
             results[index].error = error
 
+    jobs = [Job(r, options, progress, routes[i], decisions[i]) for i, r in enumerate(requests)]
     threads = [
         threading.Thread(target=work, args=(i, r), daemon=True) for i, r in enumerate(requests)
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)  # wakes up for Ctrl-C
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # wakes up for Ctrl-C
+    except KeyboardInterrupt:
+        for job in jobs:
+            kept = job.keep_interrupted_log()
+            if kept is not None:
+                progress.say(job.target.name, f"interrupted; its log so far: {kept}")
+        raise
     return results
