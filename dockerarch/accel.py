@@ -83,6 +83,7 @@ class Toolchain:
             "packages": list(self.packages),
             "context": CONTEXT_DIR,
             "log": LOG,
+            "log_export": LOG_EXPORT,
             "ccache": self.ccache,
             "uv_version": UV_VERSION,
         }
@@ -207,7 +208,8 @@ def prepare_context(context: Path) -> None:
     shutil.copytree(DATA, context / CONTEXT_DIR)
 
 
-LOG_STAGE = "toolchain-log"
+LOG_STAGE = "toolchain-log"  # a hybrid build's export: the artifacts and, beside them, LOG_EXPORT
+LOG_EXPORT = ".dockerarch-toolchain.log"
 
 
 def count_runs(toolchain_log: str) -> dict[str, int]:

@@ -234,13 +234,20 @@ class Job:
                      + (f" (commit {request.source.commit[:12]})" if request.source.commit else ""))  # fmt: skip
         secrets = self.options.secrets
         cache_ref = self._registry_cache_ref()
+        # One invocation exports the outputs and, in a hybrid build, the compiler-run log beside
+        # them: a second one would have to resolve the build stage again (seen re-running the
+        # toolchain stage, 40-50 s, when two targets built at once).
         spec = engine.BuildSpec(
-            context_dir=context, platform=self.target.platform, stage="artifacts",
+            context_dir=context, platform=self.target.platform,
+            stage=accel.LOG_STAGE if request.toolchain is not None else "artifacts",
             output_dir=landing, secrets=secrets, cache=self.options.cache,
             cache_from=(f"type=registry,ref={cache_ref}",) if cache_ref and self.options.cache else (),
             node_context=route.context, build_contexts=self.contexts,
         )  # fmt: skip
         self._stream(spec, log, "starting buildx")
+        toolchain_log = work / "toolchain.log"
+        if request.toolchain is not None:
+            os.replace(landing / accel.LOG_EXPORT, toolchain_log)
         reports = []
         for path in sorted(landing.iterdir()):
             if path.name == "build.log":
@@ -267,11 +274,12 @@ class Job:
         if self.options.smoke:
             image_tag = f"dockerarch/{result_name(request).rsplit('-', 1)[0]}:{request.version}-{self.target.name}"
             image_tag = re.sub(r"[^a-z0-9_./:-]", "-", image_tag.lower())
+            # The verified files, as the named context `artifacts` in place of the stage: the
+            # image installs exactly what was checked, without resolving the build stage again.
             runtime = engine.BuildSpec(
                 context_dir=context, platform=self.target.platform, stage="runtime",
-                # the cold build just ran: the runtime stage reuses its steps
-                load_tag=image_tag, secrets=secrets, cache=True,
-                node_context=route.context, build_contexts=self.contexts,
+                load_tag=image_tag, secrets=secrets, cache=True, node_context=route.context,
+                build_contexts={**self.contexts, "artifacts": str(_verified_copy(landing, reports, work))},
             )  # fmt: skip
             self._stream(runtime, log, "runtime image")
             found = engine.image_labels(image_tag, route.context)
@@ -291,7 +299,7 @@ class Job:
             "artifacts": [r.as_dict() for r in reports],
             "builder": {"name": route.builder, "endpoint": route.endpoint},
             "accel": self.decision.accel,
-            "hybrid": self._hybrid_counts(context, work, log) if request.toolchain else None,
+            "hybrid": self._hybrid_counts(toolchain_log) if request.toolchain else None,
             "smoke": smoke_output,
             "seconds": round(time.monotonic() - started, 1),
             "dockerarch": __version__,
@@ -330,15 +338,10 @@ class Job:
         else:
             self.say(f"registry cache pushed: {ref}")
 
-    def _hybrid_counts(self, context: Path, work: Path, log: TextIO) -> dict[str, int]:
-        """Where the build's compiler runs ran, from dockerarch-cc's log (its own small stage:
-        read even when every step was cached)."""
-        dest = work / "toolchain-log"
-        spec = engine.BuildSpec(context_dir=context, platform=self.target.platform, stage=accel.LOG_STAGE,
-                                output_dir=dest, secrets=self.options.secrets, cache=True,
-                                node_context=self.route.context, build_contexts=self.contexts)  # fmt: skip
-        self._stream(spec, log, "reading the compiler-run log")
-        counts = accel.count_runs((dest / "toolchain.log").read_text(errors="replace"))
+    def _hybrid_counts(self, toolchain_log: Path) -> dict[str, int]:
+        """Where the build's compiler runs ran, from dockerarch-cc's log (exported with the
+        artifacts: read even when every step was cached)."""
+        counts = accel.count_runs(toolchain_log.read_text(errors="replace"))
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
                  f"runs native (x86-64), {counts['emulated']} under QEMU")  # fmt: skip
         return counts
@@ -453,6 +456,20 @@ def _prepare_context(request: RenderRequest, context: Path) -> None:
     if request.toolchain is not None:
         accel.prepare_context(context)
     (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
+
+
+def _verified_copy(landing: Path, reports: list[artifacts.ArtifactReport], work: Path) -> Path:
+    """A directory holding only the verified artifacts (hard links where the file system allows),
+    the runtime stage's named context: the landing directory also holds build.log, which grows
+    while the job runs and would change the context's checksum."""
+    verified = work / "verified"
+    verified.mkdir()
+    for report in reports:
+        try:
+            os.link(landing / report.name, verified / report.name)
+        except OSError:
+            shutil.copy2(landing / report.name, verified / report.name)
+    return verified
 
 
 def plan_accel(
