@@ -35,7 +35,8 @@ def describe(title: str, *, subject: str = "") -> str:
         return _first_words(title)
     stage, command = match.group("stage"), match.group("command")
     words = _describe(stage, command, subject or "it")
-    return f"native toolchain: {words}" if stage == "toolchain" else words
+    where = {"toolchain": "native toolchain: ", "native-python": "native Python: "}.get(stage, "")
+    return where + words
 
 
 def _describe(stage: str, command: str, subject: str) -> str:
@@ -58,7 +59,7 @@ def _describe(stage: str, command: str, subject: str) -> str:
     apt = _APT.search(body)
     if apt:
         count = len(apt.group("packages").split())
-        where = "runtime image: " if stage == "runtime" else ""
+        where = "runtime packages: " if stage in ("runtime", "runtime-base") else ""
         return f"{where}apt: {count} package{'s' if count != 1 else ''}"
     if "--target /opt/dockerarch-uv" in body:
         return "installing uv"

@@ -162,6 +162,24 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     assert left.stdout.split() == []
+    # Its Python modules were byte-compiled by the native interpreter while the packages
+    # installed (with-native-python): the emulated interpreter is back in place, no diversion is
+    # left, and it takes those .pyc files as its own (same magic number, source mtime and size).
+    check = (
+        "import importlib.util, json, os, struct, sys\n"
+        "pyc = open(importlib.util.cache_from_source(json.__file__), 'rb').read(16)\n"
+        "st = os.stat(json.__file__)\n"
+        "print(pyc[:4] == importlib.util.MAGIC_NUMBER,"
+        " struct.unpack('<II', pyc[8:16]) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size),"
+        " sys.implementation._multiarch)\n"
+    )
+    python = subprocess.run(
+        ["docker", "run", "--rm", "--platform", platform, image, "sh", "-c",
+         "dpkg-divert --list '*python*'; python3 -c \"$0\"", check],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    multiarch = "aarch64-linux-gnu" if arch == "aarch64" else "arm-linux-gnueabihf"
+    assert python.stdout.split() == ["True", "True", multiarch], python.stdout + python.stderr
 
 
 def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -> None:

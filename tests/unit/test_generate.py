@@ -48,10 +48,12 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
     board = TARGETS[target]
     stages = _stages(text)
     names = [name for _, name in stages]
-    assert names[0] == "build" and names[-2:] == ["artifacts", "runtime"]
+    assert names[:2] == ["runtime-base", "build"] and names[-2:] == ["artifacts", "runtime"]
     assert ("scratch", "artifacts") in stages
-    assert {n: i for i, n in stages}["build"] == board.base_image
-    assert {n: i for i, n in stages}["runtime"] == board.base_image
+    # The runtime packages are installed once: both the build and the runtime start from them.
+    assert {n: i for i, n in stages}["runtime-base"] == board.base_image
+    assert {n: i for i, n in stages}["build"] == "runtime-base"
+    assert {n: i for i, n in stages}["runtime"] == "runtime-base"
     assert board.cpu_flags in text
     assert "{{" not in text and "{%" not in text
     assert "ca-bundle" in text  # the host's CA reaches every step that downloads
@@ -65,14 +67,24 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
 ) -> None:
     text = _render(recipe, target)
     board = TARGETS[target]
-    head, build = text.split(f"FROM {board.base_image} AS build\n")
+    head, build = text.split("FROM runtime-base AS build\n")
     build, rest = build.split("FROM scratch AS artifacts\n")
     artifacts, rest = rest.split("FROM artifacts AS toolchain-log\n")
-    log_stage, runtime = rest.split(f"FROM {board.base_image} AS runtime\n")
+    log_stage, runtime = rest.split("FROM runtime-base AS runtime\n")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
     assert (
-        "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS toolchain\n" in head
+        "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS native-python\n"
+        in head
     )
+    assert "FROM native-python AS toolchain\n" in head
+    # Every emulated apt step byte-compiles with the native Python, mounted only while it runs.
+    apt_steps = re.findall(r"^RUN (?:.(?!^RUN ))*?apt-get install[^\n]*", text, re.M | re.S)
+    emulated = [s for s in apt_steps if "apt-get update" in s and "debian-amd64" not in s]
+    assert emulated and all(
+        "--mount=type=bind,from=native-python,target=/run/dockerarch-native" in s
+        and "with-native-python /run/dockerarch-native apt-get install" in s
+        for s in emulated
+    ), emulated
     for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
                     f"binutils-{board.triplet}", "ccache"):  # fmt: skip
         assert f"        {package} \\\n" in head or f"        {package}\n" in head
@@ -101,7 +113,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
 
 def test_opencvs_sdist_is_fetched_unpacked_and_patched_natively_and_built_with_uv() -> None:
     hybrid = _render("opencv", "debian-armv7", settings={"CONTRIB": "1", "HEADLESS": "0"})
-    head, build = hybrid.split("FROM dockerarch/base/debian-armv7:bookworm AS build\n")
+    head, build = hybrid.split("FROM runtime-base AS build\n")
     sources = head[head.index("FROM toolchain AS sources") :]
     spec, tree = "opencv-contrib-python==4.10.0.84", "/sdists/opencv-contrib-python-tree"
     assert f"fetch-sdist '{spec}' /sdists/opencv-contrib-python\n" in sources
@@ -143,7 +155,7 @@ def test_pypi_sdists_are_fetched_natively_and_built_with_uv_in_hybrid_builds(
     recipe: str, kw: dict, dist: str, spec: str, settings: list[str]
 ) -> None:
     hybrid = _render(recipe, "debian-armv7", **kw)
-    head, build = hybrid.split("FROM dockerarch/base/debian-armv7:bookworm AS build\n")
+    head, build = hybrid.split("FROM runtime-base AS build\n")
     # uv from PyPI into the amd64 stage (collect-toolchain grafts it), the sdist fetched there.
     assert f"--target /opt/dockerarch-uv 'uv=={accel.UV_VERSION}'" in head
     assert "FROM toolchain AS sources\n" in head

@@ -65,7 +65,8 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
     assert "compiling zstandard with uv" in said
     assert "runtime image: installing the artifacts" in said
     assert any(re.fullmatch(r"apt: \d+ packages", s) for s in said)
-    assert any(re.fullmatch(r"runtime image: apt: \d+ packages", s) for s in said)
+    assert any(re.fullmatch(r"runtime packages: apt: \d+ packages", s) for s in said)
+    assert "native Python: apt: 1 package" in said
 
 
 @pytest.mark.parametrize(
@@ -92,7 +93,7 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
         ("[build 3/9] RUN echo one two three", "echo one two three"),
         (
             "[runtime 2/3] RUN apt-get install -y --no-install-recommends  python3",
-            "runtime image: apt: 1 package",
+            "runtime packages: apt: 1 package",
         ),
     ],
 )
