@@ -45,11 +45,13 @@ LOG = "/var/log/dockerarch-toolchain.log"
 UV_VERSION = "0.13.8"
 # ARM packages a hybrid build stage must not install: the grafted toolchain takes their place
 # (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
-# a build still needs: the C library's development files and make.
+# a build still needs: the C library's development files, make, and patch (build-essential's
+# dpkg-dev depends on it; opencv-python's setup.py patches OpenEXR with it on 32-bit ARM, and
+# without it failed for armv7 after 5 minutes: "patch -p0 < patches/patchOpenEXR", exit 127).
 _COMPILER_PACKAGES = re.compile(
     r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$"
 )
-REPLACEMENTS = ("libc6-dev", "make")
+REPLACEMENTS = ("libc6-dev", "make", "patch")
 # A recipe asks for a compiler when its apt packages include one of these.
 _ASKS_FOR_COMPILER = re.compile(r"^(build-essential|gcc|g\+\+|(gcc|g\+\+)-\d+)$")
 
