@@ -47,11 +47,13 @@ UV_VERSION = "0.13.8"
 # (the ARM gcc would also own the same /usr/bin/<triplet>-gcc-N paths). What they brought that
 # a build still needs: the C library's development files, make, and patch (build-essential's
 # dpkg-dev depends on it; opencv-python's setup.py patches OpenEXR with it on 32-bit ARM, and
-# without it failed for armv7 after 5 minutes: "patch -p0 < patches/patchOpenEXR", exit 127).
+# without it failed for armv7 after 5 minutes: "patch -p0 < patches/patchOpenEXR", exit 127),
+# and libatomic1 (gcc's libgcc-N-dev depends on it; ARM programs from PyPI load it, such as the
+# armv7 cmake wheel scikit-build installs: "libatomic.so.1: cannot open shared object file").
 _COMPILER_PACKAGES = re.compile(
     r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$"
 )
-REPLACEMENTS = ("libc6-dev", "make", "patch")
+REPLACEMENTS = ("libc6-dev", "make", "patch", "libatomic1")
 # A recipe asks for a compiler when its apt packages include one of these.
 _ASKS_FOR_COMPILER = re.compile(r"^(build-essential|gcc|g\+\+|(gcc|g\+\+)-\d+)$")
 
