@@ -245,8 +245,9 @@ class Job:
             node_context=route.context, build_contexts=self.contexts,
         )  # fmt: skip
         self._stream(spec, log, "starting buildx")
-        toolchain_log = work / "toolchain.log"
-        if request.toolchain is not None:
+        toolchain_log = None
+        if request.toolchain is not None:  # the compiler-run log, out of the artifacts
+            toolchain_log = work / "toolchain.log"
             os.replace(landing / accel.LOG_EXPORT, toolchain_log)
         reports = []
         for path in sorted(landing.iterdir()):
@@ -299,7 +300,7 @@ class Job:
             "artifacts": [r.as_dict() for r in reports],
             "builder": {"name": route.builder, "endpoint": route.endpoint},
             "accel": self.decision.accel,
-            "hybrid": self._hybrid_counts(toolchain_log) if request.toolchain else None,
+            "hybrid": self._hybrid_counts(toolchain_log) if toolchain_log else None,
             "smoke": smoke_output,
             "seconds": round(time.monotonic() - started, 1),
             "dockerarch": __version__,
