@@ -12,7 +12,11 @@ import shlex
 
 _TITLE = re.compile(r"^\[(?P<stage>[^\]]+?)(?:\s+\d+/\d+)?\]\s+(?P<command>.*)$", re.S)
 _MOUNT = re.compile(r"--mount=\S+\s*")
-_APT = re.compile(r"apt-get install -y --no-install-recommends\s+(?P<packages>.*?)(?:&&|;|$)", re.S)
+_APT = re.compile(
+    r"(?:apt-get install -y --no-install-recommends|apt-install \S+ \S+)\s+(?P<packages>.*?)(?:&&|;|$)",
+    re.S,
+)
+_LISTS = re.compile(r"update-lists (?P<arch>\S+)")
 _SDIST = re.compile(r"source=/sdists/(?P<dist>[^,\s]+)")
 _FETCH = re.compile(r"fetch-sdist '(?P<spec>[^']+)'")
 _COLLECT = re.compile(r"collect-toolchain (?P<triplet>\S+) (?P<gcc>\d+)")
@@ -35,7 +39,11 @@ def describe(title: str, *, subject: str = "") -> str:
         return _first_words(title)
     stage, command = match.group("stage"), match.group("command")
     words = _describe(stage, command, subject or "it")
-    where = {"toolchain": "native toolchain: ", "native-python": "native Python: "}.get(stage, "")
+    where = {
+        "toolchain": "native toolchain: ",
+        "native-python": "native Python: ",
+        "package-lists": "native apt: ",
+    }.get(stage, "")
     return where + words
 
 
@@ -61,6 +69,9 @@ def _describe(stage: str, command: str, subject: str) -> str:
         count = len(apt.group("packages").split())
         where = "runtime packages: " if stage in ("runtime", "runtime-base") else ""
         return f"{where}apt: {count} package{'s' if count != 1 else ''}"
+    lists = _LISTS.search(body)
+    if lists:
+        return f"package lists for {lists.group('arch')}"
     if "--target /opt/dockerarch-uv" in body:
         return "installing uv"
     collect = _COLLECT.search(body)

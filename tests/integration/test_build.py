@@ -421,3 +421,35 @@ def test_a_node_that_does_not_answer_fails_unless_fallback(
     removed = dockerarch("builder", "rm", "testnode")
     assert removed.returncode == 0
     assert "testnode" not in dockerarch("builder", "ls").stdout
+
+
+def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> None:
+    """--no-cache: every step runs and every cache mount starts empty, so the package lists are
+    fetched by the x86-64 apt of the package-lists stage, and each emulated apt step installs
+    with the x86-64 apt while the stage's own dpkg unpacks and configures."""
+    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-cache",
+                      "--out", str(tmp_path), timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0"
+    log = (result / "build.log").read_text()
+    lists = log[log.index("[package-lists 2/2] RUN") :]
+    assert re.search(r"Get:\d+ \S+ bookworm/main armhf Packages", lists), lists[:3000]
+    native = "apt-install: the x86-64 apt installs for armhf from the lists fetched natively"
+    assert log.count(native) == 2, log  # runtime-base and build: no apt-get update under QEMU
+    assert "apt-install: updating the package lists under QEMU" not in log
+    # What it leaves is what the emulated apt leaves: a consistent dpkg database the board's own
+    # apt reads and trusts, python3 marked as asked for and its libraries as automatic.
+    image = manifest(result)["image"]["tag"]  # type: ignore[index]
+    check = (
+        "dpkg --audit; apt-get check -qq && echo check-ok; ls -d /tmp/dockerarch-apt.* 2>/dev/null;"
+        " echo manual: $(apt-mark showmanual); echo auto: $(apt-mark showauto);"
+        " dpkg-query -W -f '${Architecture}\\n' python3.11-minimal"
+    )
+    ran = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", image, "sh", "-c", check],
+                         capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "check-ok", ran.stdout + ran.stderr
+    manual, auto = lines[1].split()[1:], lines[2].split()[1:]
+    assert {"python3", "python3-pip"} <= set(manual), manual
+    assert "libpython3.11-stdlib" in auto and "python3" not in auto, auto
+    assert lines[3:] == ["armhf"], lines

@@ -77,14 +77,32 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
         in head
     )
     assert "FROM native-python AS toolchain\n" in head
-    # Every emulated apt step byte-compiles with the native Python, mounted only while it runs.
-    apt_steps = re.findall(r"^RUN (?:.(?!^RUN ))*?apt-get install[^\n]*", text, re.M | re.S)
-    emulated = [s for s in apt_steps if "apt-get update" in s and "debian-amd64" not in s]
+    # The target's package lists are fetched by the x86-64 apt, with the target's own /etc/apt,
+    # into the target's lists cache.
+    lists = head[head.index("AS package-lists\n") :]
+    assert (
+        "FROM --platform=linux/amd64 dockerarch/base/debian-amd64:bookworm AS package-lists" in head
+    )
+    assert "--mount=type=bind,from=target-base,source=/etc/apt,target=/run/target-apt" in lists
+    assert f"id=dockerarch-apt-lists-{board.name},target=/run/target-lists" in lists
+    assert f"update-lists {board.debian_arch} /run/target-apt" in lists
+    # Every emulated apt step installs with the native apt from those lists (no apt-get update
+    # under QEMU) and byte-compiles with the native Python, both mounted only while it runs.
+    apt_steps = re.findall(
+        r"^RUN (?:.(?!^RUN ))*?(?:apt-get install|apt-install)[^\n]*", head + build, re.M | re.S
+    )
+    emulated = [s for s in apt_steps if "debian-amd64" not in s]
     assert emulated and all(
         "--mount=type=bind,from=native-python,target=/run/dockerarch-native" in s
-        and "with-native-python /run/dockerarch-native apt-get install" in s
+        and "--mount=type=bind,from=package-lists,source=/dockerarch-lists" in s
+        and f"id=dockerarch-apt-lists-{board.name},target=/var/lib/apt/lists" in s
+        and "with-native-python /run/dockerarch-native \\\n"
+        "        sh /run/dockerarch/apt-install /run/dockerarch-native /run/dockerarch-lists"
+        in s
+        and "apt-get update" not in s
         for s in emulated
     ), emulated
+    assert all("apt-get update" in s for s in apt_steps if "debian-amd64" in s)
     for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
                     f"binutils-{board.triplet}", "ccache"):  # fmt: skip
         assert f"        {package} \\\n" in head or f"        {package}\n" in head
@@ -221,7 +239,7 @@ def test_options_and_versions_change_the_output() -> None:
     cmake = _render("vaccel", "rpi3", version="0.5.0")
     assert (
         "cmake -S . -B build" in cmake
-        and "meson" not in cmake.split("AS build", 1)[1].split("apt-get install", 1)[0]
+        and "meson" not in re.split("apt-get install|apt-install", cmake.split("AS build", 1)[1])[0]
     )
     noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
