@@ -39,7 +39,7 @@ class Board:
         self._steps: dict[str, str] = {name: "waiting" for name in self.names}
         self._since: dict[str, float] = {}
         self._ended: dict[str, float] = {}
-        self._printed: dict[str, str] = {}
+        self._printed: dict[str, set[str]] = {name: set() for name in self.names}
         self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self._live: Live | None = None
 
@@ -99,12 +99,14 @@ class Board:
                 self.stream.flush()
 
     def step(self, name: str, words: str) -> None:
-        """What the job does now. Live: its line changes; plain: printed when it changes."""
+        """What the job does now. Live: its line changes; plain: printed the first time only
+        (stages that run side by side interleave their steps' lines)."""
         with self._lock:
             self._since.setdefault(name, time.monotonic())
             self._steps[name] = words
-            if self._live is None and self._printed.get(name) != words:
-                self._printed[name] = words
+            printed = self._printed.setdefault(name, set())
+            if self._live is None and words not in printed:
+                printed.add(words)
                 self.stream.write(self._line(name, words) + "\n")
                 self.stream.flush()
 
