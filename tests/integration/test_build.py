@@ -437,6 +437,14 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     native = "apt-install: the x86-64 apt installs for armhf from the lists fetched natively"
     assert log.count(native) == 2, log  # runtime-base and build: no apt-get update under QEMU
     assert "apt-install: updating the package lists under QEMU" not in log
+    # Without debconf's pre-install hook (an emulated perl run per apt call), which says on each
+    # run of a base with no apt-utils that it delays the configuration (the amd64 steps say it).
+    first = log.split("### buildx: stage runtime for", 1)[0]  # the invocation that ran them
+    steps = set(re.findall(r"^#(\d+) \[[\w-]+ \d+/\d+\] RUN .*apt-install", first, re.M))
+    output = [line for line in first.splitlines() if line.split(" ", 1)[0][1:] in steps]
+    assert len(steps) == 2 and any("Setting up python3 " in line for line in output), steps
+    assert not any("debconf: delaying package configuration" in line for line in output), output
+    assert "debconf: delaying package configuration" in first
     # What it leaves is what the emulated apt leaves: a consistent dpkg database the board's own
     # apt reads and trusts, python3 marked as asked for and its libraries as automatic.
     image = manifest(result)["image"]["tag"]  # type: ignore[index]

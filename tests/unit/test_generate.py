@@ -103,6 +103,12 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
         for s in emulated
     ), emulated
     assert all("apt-get update" in s for s in apt_steps if "debian-amd64" in s)
+    # The amd64 stages' caches are shared by every target: a build that finds them in use gets
+    # its own copy (two targets' toolchains install side by side); the target's own are locked.
+    for step in apt_steps:
+        mounts = re.findall(r"id=dockerarch-apt(?:-lists)?-([\w-]+),target=\S+,sharing=(\w+)", step)
+        assert len(mounts) == 2, step
+        assert all((name == "debian-amd64") == (sharing == "private") for name, sharing in mounts)
     for package in (f"gcc-{board.gcc}-{board.triplet}", f"g++-{board.gcc}-{board.triplet}",
                     f"binutils-{board.triplet}", "ccache"):  # fmt: skip
         assert f"        {package} \\\n" in head or f"        {package}\n" in head
