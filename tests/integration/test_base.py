@@ -85,3 +85,25 @@ def test_two_bootstraps_of_the_same_inputs_give_the_same_image(bootstrapped: str
             capture_output=True, text=True, check=True,
         ).stdout.strip())  # fmt: skip
     assert ids[0] == ids[1]
+
+
+def test_the_ca_store_is_what_debians_own_script_makes(bootstrapped: str) -> None:
+    """The bootstrap makes the CA store once, natively (native-ca-certificates): the armv7 base's
+    /etc/ssl/certs (links, hash links, bundle) is what the base's own update-ca-certificates
+    makes from scratch, its script is the package's again and no diversion is left."""
+    tag, platform, _, _ = BASES["armv7"]
+    store = (
+        'cd /etc/ssl/certs && for f in *; do echo "$f -> $(readlink $f)"; done;'
+        " md5sum ca-certificates.crt"
+    )
+    script = (
+        f"{store}; echo ===; dpkg-divert --list | grep -c ca-certificates;"
+        " dpkg --verify ca-certificates && echo verified; echo ===;"
+        f" update-ca-certificates --fresh >/dev/null && {store}"
+    )
+    ran = subprocess.run(["docker", "run", "--rm", "--platform", platform, tag, "sh", "-c", script],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    made, checks, fresh = ran.stdout.split("===\n")
+    assert checks.split() == ["0", "verified"], ran.stdout[-2000:] + ran.stderr
+    assert len(made.splitlines()) > 200 and " -> /usr/share/ca-certificates/mozilla/" in made
+    assert made == fresh

@@ -94,3 +94,23 @@ def test_bad_bootstrap_inputs(tmp_path: Path, kw: dict[str, object], message: st
     with pytest.raises(UsageError) as caught:
         _request(keyring, **kw)
     assert message in caught.value.message
+
+
+def test_bootstrap_progress_says_the_ca_hooks_in_words() -> None:
+    said: list[str] = []
+    hook = f"sh '{base.CA_HOOK}' hold \"$1\""
+    for line in (
+        "I: installing essential packages...",
+        f"I: running --essential-hook in shell: sh -c '{hook}' exec /tmp/mmdebstrap.x",
+        "dpkg: warning: not said",
+        f"I: running --customize-hook in shell: sh -c '{hook}' exec /tmp/mmdebstrap.x",
+        "W: something mmdebstrap warns of",
+    ):
+        base._mmdebstrap_line(line, said.append)
+    assert said == [
+        "I: installing essential packages...",
+        "CA store: held until the end (made once, natively)",
+        "CA store: made natively",
+        "W: something mmdebstrap warns of",
+    ]
+    assert base.CA_HOOK.is_file()  # shipped with the package, beside the toolchain helpers
