@@ -32,6 +32,9 @@ LABEL_PREFIX = "org.dockerarch.base"
 FORMAT = "1"  # bump when the way bases are made changes, to invalidate every cache
 DEFAULT_INCLUDE = ("ca-certificates",)
 CA_HOOK = paths.data_path("bootstrap", "native-ca-certificates")
+HELPERS_HOOK = paths.data_path("bootstrap", "native-dpkg-helpers")
+# Where HELPERS_HOOK puts dpkg's native helpers inside the chroot (on the host it does not exist).
+HELPERS_BIN = "/usr/lib/dockerarch-native/bin"
 STATE_DIR = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
 
 
@@ -348,18 +351,26 @@ def release_epoch(request: BaseRequest) -> int | None:
     return None
 
 
-_HOOK_WORDS = {
-    "--essential-hook": "CA store: held until the end (made once, natively)",
-    "--customize-hook": "CA store: made natively",
+# The hooks' lines (which hook, which mode of our script) in words; None: said once already.
+_HOOK_WORDS: dict[tuple[str, str], str | None] = {
+    ("--extract-hook", "link"): "dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively",
+    ("--essential-hook", "link"): None,  # again, for the remaining packages
+    ("--essential-hook", "hold"): "CA store: held until the end (made once, natively)",
+    ("--customize-hook", "unlink"): "dpkg's helpers: removed from the chroot",
+    ("--customize-hook", "run"): "CA store: made natively",
 }
+_HOOK_LINE = re.compile(r"I: running (--\w+-hook) in shell: .*/native-[\w-]+'? (\w+) ")
 
 
 def _mmdebstrap_line(line: str, progress: Progress) -> None:
-    """mmdebstrap's own messages (I:, W:, E:), the CA hooks' said in words."""
+    """mmdebstrap's own messages (I:, W:, E:), our hooks' said in words."""
     if not line.startswith(("I:", "W:", "E:")):
         return
-    hook = re.match(r"I: running (--\w+-hook) in shell", line)
-    progress(_HOOK_WORDS.get(hook.group(1), line) if hook else line)
+    hook = _HOOK_LINE.match(line)
+    if hook is None:
+        progress(line)
+    elif (words := _HOOK_WORDS.get((hook.group(1), hook.group(2)), line)) is not None:
+        progress(words)
 
 
 def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Progress) -> None:
@@ -374,6 +385,12 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
         f"--include={','.join(request.include)}",
         "--mode=root",
         "--format=tar",
+        # dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively in a foreign chroot; see
+        # the script: the essential install finds them first on PATH (env below), apt's
+        # through DPkg::Path. armv7 alone: 84 s -> 59 s.
+        f'--extract-hook=sh {shlex.quote(str(HELPERS_HOOK))} link "$1"',
+        f'--essential-hook=sh {shlex.quote(str(HELPERS_HOOK))} link "$1"',
+        f'--customize-hook=sh {shlex.quote(str(HELPERS_HOOK))} unlink "$1"',
         # The CA store is made once, natively, when everything is installed (not twice under
         # QEMU: about 56 s of an armv7 bootstrap); see the script.
         f'--essential-hook=sh {shlex.quote(str(CA_HOOK))} hold "$1"',
@@ -382,7 +399,9 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
     if request.keyring:
         args.append(f"--keyring={request.keyring}")
     args += [request.suite, str(out), request.snapshot or request.mirror]
-    env = {"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {}
+    env = {"PATH": f"{HELPERS_BIN}:{os.environ.get('PATH', os.defpath)}"}
+    if epoch is not None:
+        env["SOURCE_DATE_EPOCH"] = str(epoch)
     process.stream(
         args,
         env=env,

@@ -96,21 +96,34 @@ def test_bad_bootstrap_inputs(tmp_path: Path, kw: dict[str, object], message: st
     assert message in caught.value.message
 
 
-def test_bootstrap_progress_says_the_ca_hooks_in_words() -> None:
+def test_bootstrap_progress_says_the_hooks_in_words() -> None:
     said: list[str] = []
-    hook = f"sh '{base.CA_HOOK}' hold \"$1\""
+
+    def hook(kind: str, script: Path, mode: str) -> str:
+        return (
+            f"I: running {kind} in shell: sh -c 'sh {script} {mode} \"$1\"' exec /tmp/mmdebstrap.x"
+        )
+
     for line in (
+        "I: extracting archives...",
+        hook("--extract-hook", base.HELPERS_HOOK, "link"),
         "I: installing essential packages...",
-        f"I: running --essential-hook in shell: sh -c '{hook}' exec /tmp/mmdebstrap.x",
+        hook("--essential-hook", base.HELPERS_HOOK, "link"),
+        hook("--essential-hook", base.CA_HOOK, "hold"),
         "dpkg: warning: not said",
-        f"I: running --customize-hook in shell: sh -c '{hook}' exec /tmp/mmdebstrap.x",
+        hook("--customize-hook", base.HELPERS_HOOK, "unlink"),
+        hook("--customize-hook", base.CA_HOOK, "run"),
         "W: something mmdebstrap warns of",
     ):
         base._mmdebstrap_line(line, said.append)
     assert said == [
+        "I: extracting archives...",
+        "dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively",
         "I: installing essential packages...",
         "CA store: held until the end (made once, natively)",
+        "dpkg's helpers: removed from the chroot",
         "CA store: made natively",
         "W: something mmdebstrap warns of",
     ]
-    assert base.CA_HOOK.is_file()  # shipped with the package, beside the toolchain helpers
+    # Shipped with the package, beside the toolchain helpers.
+    assert base.CA_HOOK.is_file() and base.HELPERS_HOOK.is_file()
