@@ -351,23 +351,26 @@ def release_epoch(request: BaseRequest) -> int | None:
     return None
 
 
-# The hooks' lines (which hook, which mode of our script) in words; None: said once already.
+# The hooks' lines (which hook, which mode of our script) in words; None: the script says it.
 _HOOK_WORDS: dict[tuple[str, str], str | None] = {
-    ("--extract-hook", "link"): "dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively",
-    ("--essential-hook", "link"): None,  # again, for the remaining packages
     ("--essential-hook", "hold"): "CA store: held until the end (made once, natively)",
-    ("--customize-hook", "unlink"): "dpkg's helpers: removed from the chroot",
     ("--customize-hook", "run"): "CA store: made natively",
+    ("--extract-hook", "link"): None,
+    ("--essential-hook", "link"): None,  # again, for the remaining packages
+    ("--customize-hook", "unlink"): None,
 }
 _HOOK_LINE = re.compile(r"I: running (--\w+-hook) in shell: .*/native-[\w-]+'? (\w+) ")
+# What our hook scripts say begins with their names.
+_HOOK_SAYS = ("native-dpkg-helpers: ", "native-ca-certificates: ")
 
 
 def _mmdebstrap_line(line: str, progress: Progress) -> None:
-    """mmdebstrap's own messages (I:, W:, E:), our hooks' said in words."""
-    if not line.startswith(("I:", "W:", "E:")):
+    """mmdebstrap's own messages (I:, W:, E:) and our hooks', said in words."""
+    if line.startswith(_HOOK_SAYS):
+        progress(line)
+    elif not line.startswith(("I:", "W:", "E:")):
         return
-    hook = _HOOK_LINE.match(line)
-    if hook is None:
+    elif (hook := _HOOK_LINE.match(line)) is None:
         progress(line)
     elif (words := _HOOK_WORDS.get((hook.group(1), hook.group(2)), line)) is not None:
         progress(words)

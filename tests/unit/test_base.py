@@ -107,6 +107,7 @@ def test_bootstrap_progress_says_the_hooks_in_words() -> None:
     for line in (
         "I: extracting archives...",
         hook("--extract-hook", base.HELPERS_HOOK, "link"),
+        "native-dpkg-helpers: dpkg-deb, dpkg-split, tar and rm run natively (this machine's) in the chroot",
         "I: installing essential packages...",
         hook("--essential-hook", base.HELPERS_HOOK, "link"),
         hook("--essential-hook", base.CA_HOOK, "hold"),
@@ -118,10 +119,9 @@ def test_bootstrap_progress_says_the_hooks_in_words() -> None:
         base._mmdebstrap_line(line, said.append)
     assert said == [
         "I: extracting archives...",
-        "dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively",
+        "native-dpkg-helpers: dpkg-deb, dpkg-split, tar and rm run natively (this machine's) in the chroot",
         "I: installing essential packages...",
         "CA store: held until the end (made once, natively)",
-        "dpkg's helpers: removed from the chroot",
         "CA store: made natively",
         "W: something mmdebstrap warns of",
     ]
