@@ -390,7 +390,7 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
         "--format=tar",
         # dpkg's helpers (dpkg-deb, dpkg-split, tar, rm) run natively in a foreign chroot; see
         # the script: the essential install finds them first on PATH (env below), apt's
-        # through DPkg::Path. armv7 alone: 84 s -> 59 s.
+        # through DPkg::Path. armv7 alone: 84 s -> 56 s.
         f'--extract-hook=sh {shlex.quote(str(HELPERS_HOOK))} link "$1"',
         f'--essential-hook=sh {shlex.quote(str(HELPERS_HOOK))} link "$1"',
         f'--customize-hook=sh {shlex.quote(str(HELPERS_HOOK))} unlink "$1"',
