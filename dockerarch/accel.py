@@ -4,9 +4,19 @@ Under plain QEMU every compiler process is emulated, 8-10x slower than native. A
 adds an amd64 stage that installs Debian's cross gcc, g++ and binutils for the target's triplet
 (gcc major = the target's, so libstdc++ symbol versions match the board) and ccache, collects
 them with the x86-64 libraries they load (data/toolchain/collect-toolchain) and copies that tree
-into the emulated build stage. The kernel runs x86-64 programs natively inside the ARM container;
-Python, pip, meson, cmake and make stay emulated. Debian's Python records CC=<triplet>-gcc in its
-sysconfig, and CC/CXX point there too, so setuptools, meson, cmake and make all find it.
+into the emulated build stage. The kernel runs x86-64 programs natively inside the ARM container.
+Debian's Python records CC=<triplet>-gcc in its sysconfig, and CC/CXX point there too, so
+setuptools, meson, cmake and make all find it.
+
+The build *driver* runs natively too (mode 'hybrid'; 'compilers' keeps it emulated): the x86-64
+build of the very Debian packages the build stage installed -- cmake (with ctest and cpack),
+ninja, make and the shell, dash, that starts each compile -- takes the place of the ARM programs,
+at the same paths, when both are the same version (data/toolchain/use-native-drivers; a
+different version stays emulated, and the progress says so). What must observe the target stays
+emulated: `uname` (cmake asks the program `uname -m` for CMAKE_SYSTEM_PROCESSOR, so it still
+says armv7l or aarch64), the target's Python (sysconfig, code generators, meson), and every
+program built for the target (try_run, tests). Nothing is preloaded, so nothing leaks into
+emulated children.
 
 What runs there is dockerarch-cc (data/toolchain/dockerarch-cc.c): an x86-64 driver that logs
 every invocation with the machine it ran on, then execs ccache and the cross compiler. Its report
@@ -35,7 +45,19 @@ from dockerarch.targets import BoardTarget
 if TYPE_CHECKING:
     from dockerarch.render import RenderRequest
 
-MODES = ("hybrid", "none")
+MODES = ("hybrid", "compilers", "none")
+# Debian packages whose x86-64 build drives a hybrid build in place of the ARM one, and the
+# programs of each that are swapped (all of /usr/bin). dash and make are always in a hybrid
+# build stage (dash is essential, make a replacement of build-essential); cmake and ninja only
+# when the recipe installs them.
+DRIVERS: dict[str, tuple[str, ...]] = {
+    "dash": ("dash",),
+    "make": ("make",),
+    "cmake": ("cmake", "ctest", "cpack"),
+    "ninja-build": ("ninja",),
+}
+DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
+DRIVERS_EXPORT = ".dockerarch-drivers.log"
 DATA = paths.data_path("toolchain")
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
@@ -68,14 +90,16 @@ class Toolchain:
     base_image: str  # the amd64 base the toolchain stage starts from
     base_target: str
     ccache: bool = True
+    drivers: tuple[str, ...] = ()  # DRIVERS packages run natively ('hybrid'); none: 'compilers'
 
     @property
     def packages(self) -> tuple[str, ...]:
         """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc; pip to
-        install uv; packaging for fetch-sdist). The first three are the cross compiler."""
+        install uv; packaging for fetch-sdist; the native drivers). The first three are the
+        cross compiler."""
         return (f"gcc-{self.gcc}-{self.triplet}", f"g++-{self.gcc}-{self.triplet}",
                 f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev", "python3-pip",
-                "python3-packaging")  # fmt: skip
+                "python3-packaging", *[d for d in self.drivers if d != "dash"])  # fmt: skip
 
     def template_vars(self) -> dict[str, object]:
         return {
@@ -90,6 +114,10 @@ class Toolchain:
             "log_export": LOG_EXPORT,
             "ccache": self.ccache,
             "uv_version": UV_VERSION,
+            "drivers": list(self.drivers),
+            "driver_programs_of": {d: DRIVERS[d] for d in self.drivers},
+            "drivers_log": DRIVERS_LOG,
+            "drivers_export": DRIVERS_EXPORT,
         }
 
 
@@ -119,7 +147,8 @@ def decide(
     ccache: bool = True,
 ) -> Decision:
     """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``.
-    Hybrid applies to recipes whose apt packages bring a compiler (build-essential, gcc, g++)."""
+    Hybrid applies to recipes whose apt packages bring a compiler (build-essential, gcc, g++);
+    ``requested`` 'compilers' is hybrid with the build driver left emulated."""
     if route_accel == "native":
         return Decision(accel="native")
     if requested == "none":
@@ -135,6 +164,7 @@ def decide(
     toolchain = Toolchain(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
         base_image=toolchain_base.base_image, base_target=toolchain_base.name, ccache=ccache,
+        drivers=native_drivers(recipe) if requested == "hybrid" else (),
     )  # fmt: skip
     missing = [p for p in toolchain.packages[:3] if not cross_available(p, toolchain_base.suite)]
     if missing:
@@ -147,10 +177,18 @@ def decide(
     return Decision(accel="hybrid", toolchain=toolchain)
 
 
+def native_drivers(recipe: Recipe) -> tuple[str, ...]:
+    """The DRIVERS packages a hybrid build of ``recipe`` runs natively: the shell and make
+    always, cmake and ninja when the recipe installs them."""
+    return tuple(d for d in DRIVERS if d in ("dash", "make") or d in recipe.apt)
+
+
 def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise UsageError(
-            f"--accel {mode} is not a mode dockerarch knows", fix=f"Use one of: {', '.join(MODES)}."
+            f"--accel {mode} is not a mode dockerarch knows",
+            fix=f"Use one of: {', '.join(MODES)} ('hybrid': native compilers and build driver; "
+            "'compilers': native compilers only; 'none': everything emulated).",
         )
     return mode
 
@@ -217,13 +255,58 @@ LOG_EXPORT = ".dockerarch-toolchain.log"
 
 
 def count_runs(toolchain_log: str) -> dict[str, int]:
-    """Counts of dockerarch-cc's log: one line per compiler run, 'MACHINE NAME compile|other'."""
-    runs = compiles = native = 0
+    """Counts of dockerarch-cc's log: one line per compiler run, 'MACHINE NAME compile|other
+    PARENT', PARENT the program that started it (QEMU's interpreter when that was emulated)."""
+    runs = compiles = native = started_emulated = 0
     for line in toolchain_log.splitlines():
         fields = line.split()
-        if len(fields) != 3:
+        if len(fields) != 4:
             continue
         runs += 1
         compiles += fields[2] == "compile"
         native += fields[0] == "x86_64"
-    return {"runs": runs, "compiles": compiles, "native": native, "emulated": runs - native}
+        started_emulated += emulated_starter(fields[3])
+    return {
+        "runs": runs, "compiles": compiles, "native": native, "emulated": runs - native,
+        "started_by_native": runs - started_emulated, "started_by_emulated": started_emulated,
+    }  # fmt: skip
+
+
+def emulated_starter(program: str) -> bool:
+    """Whether a parent program's basename is QEMU's (the binfmt interpreter of an emulated
+    process: qemu-arm-static, arm-binfmt-P)."""
+    return "qemu" in program or "binfmt" in program
+
+
+@dataclass(frozen=True)
+class DriverReport:
+    """What use-native-drivers did: packages run natively (with versions), and those left
+    emulated with the reason."""
+
+    native: dict[str, str]
+    emulated: dict[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> DriverReport:
+        native: dict[str, str] = {}
+        emulated: dict[str, str] = {}
+        for line in text.splitlines():
+            kind, _, rest = line.partition(" ")
+            package, _, detail = rest.partition(" ")
+            if kind == "native" and package:
+                native[package] = detail.split()[0] if detail else ""
+            elif kind == "emulated" and package:
+                emulated[package] = detail
+        return cls(native=native, emulated=emulated)
+
+    def as_dict(self) -> dict[str, dict[str, str]]:
+        return {"native": dict(self.native), "emulated": dict(self.emulated)}
+
+    def lines(self) -> list[str]:
+        """What the progress says."""
+        said = []
+        if self.native:
+            said.append("native build driver: " + ", ".join(
+                f"{p} {v}" for p, v in self.native.items()))  # fmt: skip
+        said += [f"{p} stays emulated: {why}" for p, why in self.emulated.items()]
+        return said

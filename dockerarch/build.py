@@ -246,9 +246,16 @@ class Job:
         )  # fmt: skip
         self._stream(spec, log, "starting buildx")
         toolchain_log = None
+        drivers = None
         if request.toolchain is not None:  # the compiler-run log, out of the artifacts
             toolchain_log = work / "toolchain.log"
             os.replace(landing / accel.LOG_EXPORT, toolchain_log)
+            if request.toolchain.drivers:  # and what use-native-drivers did
+                exported = landing / accel.DRIVERS_EXPORT
+                drivers = accel.DriverReport.parse(exported.read_text(errors="replace"))
+                exported.unlink()
+                for line in drivers.lines():
+                    self.say(line)
         reports = []
         for path in sorted(landing.iterdir()):
             if path.name == "build.log":
@@ -301,6 +308,7 @@ class Job:
             "builder": {"name": route.builder, "endpoint": route.endpoint},
             "accel": self.decision.accel,
             "hybrid": self._hybrid_counts(toolchain_log) if toolchain_log else None,
+            "drivers": drivers.as_dict() if drivers else None,
             "smoke": smoke_output,
             "seconds": round(time.monotonic() - started, 1),
             "dockerarch": __version__,
@@ -344,7 +352,9 @@ class Job:
         artifacts: read even when every step was cached)."""
         counts = accel.count_runs(toolchain_log.read_text(errors="replace"))
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
-                 f"runs native (x86-64), {counts['emulated']} under QEMU")  # fmt: skip
+                 f"runs native (x86-64), {counts['emulated']} under QEMU; "
+                 f"{counts['started_by_native']} started by a native program, "
+                 f"{counts['started_by_emulated']} by an emulated one")  # fmt: skip
         return counts
 
     def _ensure_local_base(self, name: str, tag: str) -> str:

@@ -82,6 +82,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"fetching {fetch.group('spec')} from the index"
     if "/tmp/hello.c" in body:
         return "checking the grafted compiler"
+    if "use-native-drivers" in body:
+        return "putting the native build driver in place"
     if "dockerarch-cc --report" in body:
         return "counting compiler runs"
     if "from=artifacts" in rest:

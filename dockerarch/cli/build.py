@@ -70,8 +70,10 @@ def build(
         str,
         typer.Option(
             "--accel",
-            help="Under QEMU: 'hybrid' compiles with native x86-64 cross compilers (several times "
-            "faster), 'none' emulates everything. Native nodes build natively either way.",
+            help="Under QEMU: 'hybrid' compiles with native x86-64 cross compilers and drives the "
+            "build with native cmake, ninja, make and sh (several times faster); 'compilers' "
+            "keeps the build driver emulated; 'none' emulates everything. Native nodes build "
+            "natively either way.",
         ),
     ] = "hybrid",
     ccache: Annotated[

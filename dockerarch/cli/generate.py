@@ -33,7 +33,8 @@ def generate(
     accel: Annotated[
         str,
         typer.Option(
-            "--accel", help="'hybrid' (native cross compilers, build's default) or 'none'."
+            "--accel",
+            help="'hybrid' (native cross compilers and build driver, build's default), 'compilers' or 'none'.",
         ),
     ] = "hybrid",
 ) -> None:

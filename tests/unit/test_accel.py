@@ -111,9 +111,45 @@ def test_madison_output_is_read_per_suite(suite: str, found: bool) -> None:
 
 
 def test_the_toolchain_log_is_counted() -> None:
-    log = "x86_64 aarch64-linux-gnu-gcc compile\nx86_64 aarch64-linux-gnu-gcc other\naarch64 cc compile\n\n"
-    assert accel.count_runs(log) == {"runs": 3, "compiles": 2, "native": 2, "emulated": 1}
-    assert accel.count_runs("") == {"runs": 0, "compiles": 0, "native": 0, "emulated": 0}
+    log = ("x86_64 aarch64-linux-gnu-gcc compile dash\n"
+           "x86_64 aarch64-linux-gnu-gcc other aarch64-binfmt-P\n"
+           "aarch64 cc compile qemu-aarch64-static\n\nx86_64 cc compile\n")  # fmt: skip
+    assert accel.count_runs(log) == {
+        "runs": 3, "compiles": 2, "native": 2, "emulated": 1,
+        "started_by_native": 1, "started_by_emulated": 2,
+    }  # fmt: skip
+    assert accel.count_runs("") == {
+        "runs": 0, "compiles": 0, "native": 0, "emulated": 0,
+        "started_by_native": 0, "started_by_emulated": 0,
+    }  # fmt: skip
+
+
+def test_the_drivers_report_is_read_and_said() -> None:
+    report = accel.DriverReport.parse(
+        "native dash 0.5.12-2 dash\nnative cmake 3.25.1-1 cmake ctest cpack\n"
+        "emulated ninja-build the build stage has version 1.12.1-1, the native toolchain 1.11.1-1\n"
+        "garbage\n"
+    )
+    assert report.native == {"dash": "0.5.12-2", "cmake": "3.25.1-1"}
+    assert report.emulated == {
+        "ninja-build": "the build stage has version 1.12.1-1, the native toolchain 1.11.1-1"
+    }
+    assert report.lines() == [
+        "native build driver: dash 0.5.12-2, cmake 3.25.1-1",
+        "ninja-build stays emulated: the build stage has version 1.12.1-1, the native toolchain 1.11.1-1",
+    ]
+
+
+def test_native_drivers_follow_the_recipe_and_the_mode() -> None:
+    # opencv installs cmake and ninja: they drive natively, with make and the shell.
+    assert accel.native_drivers(RECIPES["opencv"]) == ("dash", "make", "cmake", "ninja-build")
+    assert accel.native_drivers(RECIPES["wheel"]) == ("dash", "make")
+    hybrid = _decide("debian-armv7", recipe="opencv").toolchain
+    assert hybrid is not None and hybrid.drivers == ("dash", "make", "cmake", "ninja-build")
+    assert {"make", "cmake", "ninja-build"} <= set(hybrid.packages)  # the x86-64 builds
+    compilers = _decide("debian-armv7", recipe="opencv", requested="compilers")
+    assert compilers.accel == "hybrid" and compilers.toolchain is not None
+    assert compilers.toolchain.drivers == () and "cmake" not in compilers.toolchain.packages
 
 
 def test_unknown_mode_is_a_usage_error() -> None:

@@ -13,6 +13,7 @@ from dockerarch.targets import load_targets
 
 from .cli import run
 
+
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 UPDATE = os.environ.get("DOCKERARCH_UPDATE_GOLDEN") == "1"
 
@@ -128,10 +129,22 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     assert build.rstrip().endswith(f"RUN touch {accel.LOG} && dockerarch-cc --report")
     # Nothing of it in the artifacts or the runtime image.
     assert artifacts.split("\n\n#")[0].strip() == "COPY --from=build /out/ /"
-    # The export of a hybrid build: the outputs and, beside them, the compiler-run log.
-    assert (
-        log_stage.split("\n\n")[0].strip() == f"COPY --from=build {accel.LOG} /{accel.LOG_EXPORT}"
-    )
+    # The export of a hybrid build: the outputs and, beside them, the compiler-run log and
+    # what use-native-drivers did.
+    assert log_stage.split("\n\n")[0].strip().splitlines() == [
+        f"COPY --from=build {accel.LOG} /{accel.LOG_EXPORT}",
+        f"COPY --from=build {accel.DRIVERS_LOG} /{accel.DRIVERS_EXPORT}",
+    ]
+    # The build driver: the x86-64 builds of the shell, make (and cmake and ninja where the
+    # recipe installs them) are collected, and put in place in the build stage after its packages
+    # are installed and before anything is built.
+    drivers = accel.native_drivers(RECIPES[recipe])
+    assert drivers[:2] == ("dash", "make")
+    collect = head[head.index("collect-toolchain") :].split("\n\n")[0]
+    for driver in drivers:
+        assert f"{driver}={','.join(accel.DRIVERS[driver])}" in collect
+    swap = build.index(f"RUN sh /usr/lib/dockerarch/libexec/use-native-drivers {accel.DRIVERS_LOG}")
+    assert graft < swap < build.index("RUN mkdir -p /out")
     assert not re.search(r"toolchain|ccache|dockerarch-cc|x86", runtime)
     assert text == _render(recipe, target)  # same input, same bytes
 

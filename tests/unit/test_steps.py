@@ -56,12 +56,13 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
         steps.describe(t, subject="zstandard")
         for t in _titles(_dockerfile("wheel", "debian-armv7", "hybrid"))
     ]
-    assert "native toolchain: apt: 8 packages" in said
+    assert "native toolchain: apt: 9 packages" in said  # make: the native build driver
     assert "native toolchain: installing uv" in said
     assert "native toolchain: collecting gcc 12 for arm-linux-gnueabihf" in said
     assert "fetching zstandard==0.23.0 from the index" in said
     assert "grafting the native cross compiler" in said
     assert "checking the grafted compiler" in said
+    assert "putting the native build driver in place" in said
     assert "compiling zstandard with uv" in said
     assert "runtime image: installing the artifacts" in said
     assert any(re.fullmatch(r"apt: \d+ packages", s) for s in said)

@@ -2,7 +2,9 @@
  *
  * An x86-64 program grafted into the emulated ARM build stage under the names gcc, cc, g++, c++,
  * cpp and <triplet>-gcc[-N] (and so on). It records each invocation (the machine it runs on, as
- * the kernel reports it, and the name it was called by) in $DOCKERARCH_TOOLCHAIN_LOG, then execs
+ * the kernel reports it, the name it was called by, and the program that started it: the
+ * basename of its parent's executable, which for an emulated parent is QEMU's binfmt
+ * interpreter) in $DOCKERARCH_TOOLCHAIN_LOG, then execs
  * ccache with Debian's cross compiler, or the cross compiler alone when ccache is off. Being
  * x86-64 code itself, it never runs under QEMU: the log proves the compiles ran natively.
  *
@@ -31,6 +33,29 @@ static const char *real_compiler(const char *name) {
     return path;
 }
 
+/* The basename of the parent's executable: "dash", "ninja", "make" for a native build driver,
+ * QEMU's interpreter ("qemu-arm", "arm-binfmt-P") for an emulated one. */
+static const char *parent_program(void) {
+    static char target[512];
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)getppid());
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) {
+        return "unknown";
+    }
+    target[n] = '\0';
+    char *space = strchr(target, ' ');  /* " (deleted)" */
+    if (space != NULL) {
+        *space = '\0';
+    }
+    const char *slash = strrchr(target, '/');
+    return slash != NULL ? slash + 1 : target;
+}
+
+static int emulated_program(const char *program) {
+    return strstr(program, "qemu") != NULL || strstr(program, "binfmt") != NULL;
+}
+
 static void record(const char *name, int argc, char **argv) {
     const char *log = getenv("DOCKERARCH_TOOLCHAIN_LOG");
     if (log == NULL || *log == '\0') {
@@ -47,7 +72,8 @@ static void record(const char *name, int argc, char **argv) {
         }
     }
     char line[512];
-    int n = snprintf(line, sizeof line, "%s %s %s\n", uts.machine, name, compiles ? "compile" : "other");
+    int n = snprintf(line, sizeof line, "%s %s %s %s\n", uts.machine, name,
+                     compiles ? "compile" : "other", parent_program());
     int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
         if (write(fd, line, (size_t)n) < 0) { /* a lost log line never fails a compile */ }
@@ -58,18 +84,20 @@ static void record(const char *name, int argc, char **argv) {
 static int report(void) {
     const char *log = getenv("DOCKERARCH_TOOLCHAIN_LOG");
     FILE *f = log ? fopen(log, "r") : NULL;
-    long runs = 0, compiles = 0, foreign = 0;
-    char machine[128], name[256], kind[32];
-    while (f && fscanf(f, "%127s %255s %31s", machine, name, kind) == 3) {
+    long runs = 0, compiles = 0, foreign = 0, by_emulated = 0;
+    char machine[128], name[256], kind[32], parent[256];
+    while (f && fscanf(f, "%127s %255s %31s %255s", machine, name, kind, parent) == 4) {
         runs++;
         compiles += strcmp(kind, "compile") == 0;
         foreign += strcmp(machine, "x86_64") != 0;
+        by_emulated += emulated_program(parent);
     }
     if (f) {
         fclose(f);
     }
-    printf("dockerarch hybrid: %ld compiler runs (%ld compiles), %ld native x86_64, %ld emulated\n",
-           runs, compiles, runs - foreign, foreign);
+    printf("dockerarch hybrid: %ld compiler runs (%ld compiles), %ld native x86_64, %ld emulated; "
+           "started by native programs %ld, by emulated ones %ld\n",
+           runs, compiles, runs - foreign, foreign, runs - by_emulated, by_emulated);
     return foreign == 0 ? 0 : 1;
 }
 
