@@ -13,7 +13,6 @@ from dockerarch.targets import load_targets
 
 from .cli import run
 
-
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 UPDATE = os.environ.get("DOCKERARCH_UPDATE_GOLDEN") == "1"
 
