@@ -31,6 +31,9 @@ from dockerarch.render import RenderRequest, render
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
+# How far a compile step is: ninja's "[412/1217] Building CXX object ..." and the "[ 45%]" of
+# cmake's Makefiles, as buildx shows them ("#19 12.34 [412/1217] ...").
+_COUNT = re.compile(r"^#\d+ [\d.]+ \[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
 TAIL_LINES = 30
 
 
@@ -39,6 +42,7 @@ class Progress(Protocol):
 
     def say(self, name: str, line: str) -> None: ...
     def step(self, name: str, words: str) -> None: ...
+    def count(self, name: str, words: str, done: int, total: int, shown: str) -> None: ...
     def end(self, name: str, words: str) -> None: ...
 
 
@@ -128,6 +132,18 @@ class StepTracker:
             self.current = self.steps[number]
             return True
         return False
+
+    def count(self, line: str) -> tuple[int, int, str] | None:
+        """How far the current step is, when ``line`` (of the current step) says: (done, total,
+        as shown), from ninja's [N/M] or make's [ P%]."""
+        found = _COUNT.match(line)
+        if found is None or self.steps.get(line.partition(" ")[0]) != self.current:
+            return None
+        if found.group("percent") is not None:
+            percent = int(found.group("percent"))
+            return percent, 100, f"{percent}%"
+        done, total = int(found.group("done")), int(found.group("total"))
+        return (done, total, f"{done}/{total}") if 0 < total else None
 
     def _replayed(self, number: str, rest: str) -> bool:
         stamp, _, _ = rest.partition(" ")
@@ -408,6 +424,9 @@ class Job:
                     log.write(line + "\n")
                     if tracker.feed(line):
                         self.step(steps.describe(tracker.current, subject=subject))
+                    elif (count := tracker.count(line)) is not None:
+                        self.progress.count(self.target.name, steps.describe(
+                            tracker.current, subject=subject), *count)  # fmt: skip
         except engine.BuildFailed as exc:
             log.flush()
             title, tail = tracker.failure_report()

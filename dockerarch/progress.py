@@ -40,6 +40,7 @@ class Board:
         self._since: dict[str, float] = {}
         self._ended: dict[str, float] = {}
         self._printed: dict[str, set[str]] = {name: set() for name in self.names}
+        self._tenths: dict[tuple[str, str], int] = {}  # plain counts printed, per job and step
         self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self._live: Live | None = None
 
@@ -109,6 +110,23 @@ class Board:
                 printed.add(words)
                 self.stream.write(self._line(name, words) + "\n")
                 self.stream.flush()
+
+    def count(self, name: str, words: str, done: int, total: int, shown: str) -> None:
+        """How far the job's step is (``shown``: "412/1217", "45%"). Live: its line follows
+        every count; plain: a line at each tenth of the way, so CI logs stay readable."""
+        text = f"{words} [{shown}]"
+        with self._lock:
+            self._since.setdefault(name, time.monotonic())
+            if self._live is not None:
+                self._steps[name] = text
+                return
+            tenth = min(10, done * 10 // total)
+            if tenth <= self._tenths.get((name, words), -1):
+                return
+            self._tenths[name, words] = tenth
+            self._steps[name] = text
+            self.stream.write(self._line(name, text) + "\n")
+            self.stream.flush()
 
     def end(self, name: str, words: str) -> None:
         """The job is over: its clock stops and its line says how it ended."""

@@ -38,6 +38,30 @@ def test_progress_follows_working_steps_and_finds_the_failing_one() -> None:
     assert all(line.startswith("#7 ") for line in tail)
 
 
+NINJA_LOG = """\
+#18 [build 7/8] RUN cmake --build /src/x/build
+#18 0.512 [1/1217] Building CXX object c10/CMakeFiles/c10.dir/core/Allocator.cpp.o
+#19 [runtime-base 2/2] RUN apt-install
+#19 0.100 [3/9] something else's count
+#18 0.7 [412/1217] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/x.cpp.o
+#18 0.9 [ 45%] Building C object CMakeFiles/hello.dir/hello.c.o
+#18 1.0 [0/0] nothing
+#18 1.1 building [1/2] in the middle of a line
+"""
+
+
+def test_a_compile_step_says_how_far_it_is() -> None:
+    tracker = build.StepTracker()
+    counts = []
+    for line in NINJA_LOG.splitlines():
+        tracker.feed(line)
+        counts.append(tracker.count(line))
+    assert [c for c in counts if c] == [(1, 1217, "1/1217"), (3, 9, "3/9"),
+                                         (412, 1217, "412/1217"), (45, 100, "45%")]  # fmt: skip
+    # A count of a step that is not the one shown now (a stage running beside it) is not taken.
+    assert tracker.count("#19 0.200 [4/9] something else's count") is None
+
+
 def test_a_local_source_tree_is_a_package(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny-ext"\nversion = "1.2"\n')
     spec = parse_package_spec(str(tmp_path))

@@ -98,3 +98,28 @@ def test_the_summary_table_has_a_row_per_target_with_its_compiler_runs(tmp_path:
         "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
     ]  # fmt: skip
     assert table[2].split() == ["debian-aarch64", "61", "-", "x.whl"]
+
+
+def test_without_a_terminal_a_long_compile_says_each_tenth_of_the_way_once() -> None:
+    board, stream = _plain()
+    with board:
+        for done in range(1, 1218):
+            board.count("debian-armv7", "compiling torch with setup.py", done, 1217, f"{done}/1217")
+        board.count("debian-armv7", "compiling torch with setup.py", 1217, 1217, "1217/1217")
+    lines = [line.split(maxsplit=2)[2] for line in stream.getvalue().splitlines()]
+    assert lines[0] == "compiling torch with setup.py [1/1217]"
+    assert lines[-1] == "compiling torch with setup.py [1217/1217]"
+    assert len(lines) == 11, lines  # 0%, 10%, ... 100%
+    assert "compiling torch with setup.py [122/1217]" in lines  # the first count past 10%
+
+
+def test_on_a_terminal_a_long_compile_shows_every_count_on_its_line() -> None:
+    stream = io.StringIO()
+    board = Board(["debian-armv7"], stream=stream, live=True)
+    with board:
+        board.count("debian-armv7", "compiling opencv with uv", 412, 1217, "412/1217")
+        assert "compiling opencv with uv [412/1217]" in board._line(
+            "debian-armv7", board._steps["debian-armv7"]
+        )
+        board.count("debian-armv7", "compiling opencv with uv", 413, 1217, "413/1217")
+        assert board._steps["debian-armv7"] == "compiling opencv with uv [413/1217]"
