@@ -56,6 +56,10 @@ DRIVERS: dict[str, tuple[str, ...]] = {
     "cmake": ("cmake", "ctest", "cpack"),
     "ninja-build": ("ninja",),
 }
+# The PyPI distributions of the same drivers, which PEP 517 builds install into their build
+# environment: their x86-64 wheels, retagged, are offered to uv there (data/toolchain/native-wheels).
+DRIVER_WHEELS = {"cmake": "cmake", "ninja-build": "ninja"}
+WHEELS_DIR = "/usr/lib/dockerarch/wheels"
 DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
 DRIVERS_EXPORT = ".dockerarch-drivers.log"
 DATA = paths.data_path("toolchain")
@@ -117,6 +121,8 @@ class Toolchain:
             "drivers": list(self.drivers),
             "driver_programs_of": {d: DRIVERS[d] for d in self.drivers},
             "drivers_log": DRIVERS_LOG,
+            "driver_wheels": [DRIVER_WHEELS[d] for d in self.drivers if d in DRIVER_WHEELS],
+            "wheels_dir": WHEELS_DIR,
             "drivers_export": DRIVERS_EXPORT,
         }
 
@@ -295,6 +301,8 @@ class DriverReport:
             package, _, detail = rest.partition(" ")
             if kind == "native" and package:
                 native[package] = detail.split()[0] if detail else ""
+            elif kind == "native-wheel" and package:  # once per Python start: said once
+                native[f"{package} (PyPI wheel)"] = detail.strip()
             elif kind == "emulated" and package:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated)
