@@ -153,10 +153,13 @@ def decide(
     ccache: bool = True,
 ) -> Decision:
     """Hybrid, plain QEMU or native for one target; ``cross_available(package, suite)``.
+    A target of the toolchain's own arch (amd64) has nothing to graft.
     Hybrid applies to recipes whose apt packages bring a compiler (build-essential, gcc, g++);
     ``requested`` 'compilers' is hybrid with the build driver left emulated."""
     if route_accel == "native":
         return Decision(accel="native")
+    if target.arch == toolchain_base.arch:  # no cross compiler to graft (a foreign host's QEMU)
+        return Decision(accel="qemu")
     if requested == "none":
         return Decision(accel="qemu")
     if recipe.no_hybrid:

@@ -155,11 +155,15 @@ def check_forced(forced: str, known: list[Node] | None = None) -> Node:
 
 
 def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
-    """Where ``platform`` builds."""
-    local = Route(builder=LOCAL, context=None, endpoint=engine.docker_host(), accel="qemu")
-    known = nodes()
-    if forced == LOCAL:
+    """Where ``platform`` builds: the local engine builds its own platform natively."""
+    from dockerarch.targets import host_arch
+
+    host = host_arch()
+    local = Route(builder=LOCAL, context=None, endpoint=engine.docker_host(),
+                  accel="native" if host is not None and host.platform == platform else "qemu")  # fmt: skip
+    if forced == LOCAL or (forced is None and local.accel == "native"):
         return local
+    known = nodes()
     if forced is not None:
         chosen = [check_forced(forced, known)]
     else:

@@ -18,7 +18,7 @@ from typing import Any
 from dockerarch import paths
 from dockerarch.config import did_you_mean, load_yaml, reject_unknown, require_mapping
 from dockerarch.errors import ConfigError, UsageError
-from dockerarch.targets import ARM_ARCHES, BoardTarget
+from dockerarch.targets import BUILD_ARCHES, BoardTarget
 
 ARTIFACT_KINDS = ("wheel", "deb", "tarball", "image")
 RECIPE_FILE = "recipe.yaml"
@@ -297,11 +297,11 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
                 f"'artifacts' in {source} lists '{kind}'.{did_you_mean(kind, ARTIFACT_KINDS)}",
                 fix=f"Artifact kinds: {', '.join(ARTIFACT_KINDS)}.",
             )
-    arches = _strings(top.get("arches"), "arches", source) or ARM_ARCHES
+    arches = _strings(top.get("arches"), "arches", source) or BUILD_ARCHES
     for arch in arches:
-        if arch not in ARM_ARCHES:
+        if arch not in BUILD_ARCHES:
             raise ConfigError(
-                f"'arches' in {source} lists '{arch}'; valid: {', '.join(ARM_ARCHES)}"
+                f"'arches' in {source} lists '{arch}'; valid: {', '.join(BUILD_ARCHES)}"
             )
     for list_name in ("apt", "runtime_apt"):
         for pkg in _strings(top.get(list_name), list_name, source):

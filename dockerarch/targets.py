@@ -8,6 +8,7 @@ adds new ones.
 from __future__ import annotations
 
 import os
+import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -40,6 +41,9 @@ ARCHES: dict[str, Arch] = {
     "amd64": Arch("amd64", "linux/amd64", "amd64", "x86_64-linux-gnu", "linux_x86_64", 62, "x86_64"),
 }  # fmt: skip
 ARM_ARCHES = ("armv7", "aarch64")
+# What recipes build for: the boards' arches, and amd64, built natively on an x86-64 machine
+# (x86-64 machines served beside the boards, and the benchmarks' native baseline).
+BUILD_ARCHES = (*ARM_ARCHES, "amd64")
 ARCH_ALIASES = {
     "armv7": "armv7", "armv7l": "armv7", "armhf": "armv7", "arm": "armv7", "arm/v7": "armv7",
     "linux/arm/v7": "armv7", "amd64": "amd64", "x86_64": "amd64", "linux/amd64": "amd64",
@@ -51,13 +55,19 @@ DEFAULT_TARGET_FOR_ARCH = {
 DISTROS = ("debian", "raspbian", "ubuntu")
 
 
+def host_arch() -> Arch | None:
+    """This machine's arch, when it is one dockerarch knows: its engine builds that natively."""
+    key = ARCH_ALIASES.get(platform.machine().lower())
+    return ARCHES[key] if key else None
+
+
 def resolve_arch(name: str) -> Arch:
     key = ARCH_ALIASES.get(name.strip().lower())
     if key is None:
         raise UsageError(
             f"Unknown arch '{name}'.{did_you_mean(name.lower(), ARCH_ALIASES)}",
             fix=f"Valid arches: {', '.join(sorted(ARCH_ALIASES))} (aliases of armv7, aarch64 "
-            "and, for bases only, amd64).",
+            "and amd64).",
         )
     return ARCHES[key]
 

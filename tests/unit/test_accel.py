@@ -201,3 +201,8 @@ def test_a_toolchain_that_is_not_an_amd64_target_is_a_clear_error(
     with pytest.raises(ConfigError) as caught:
         accel.toolchain_base(targets["trixie-aarch64"], targets)
     assert message in caught.value.message and "toolchain:" in (caught.value.fix or "")
+
+
+def test_amd64_builds_natively_here_and_grafts_nothing() -> None:
+    assert _decide("debian-amd64", route="native") == accel.Decision(accel="native")
+    assert _decide("debian-amd64") == accel.Decision(accel="qemu")  # a foreign host's QEMU

@@ -161,3 +161,11 @@ def test_use_names_a_directory_instead_and_only_contexts_the_recipe_takes(tmp_pa
     stray = build.BuildOptions(out=tmp_path, uses={"torch-wheels": wheels, "numpy-wheels": wheels})
     with pytest.raises(UsageError, match="numpy-wheels"):
         build.resolve_uses(_torchvision(), stray)
+
+
+def test_the_engines_own_platform_builds_natively_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dockerarch import builders
+
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    route = builders.route("linux/amd64", forced=None, fallback_qemu=False)
+    assert (route.builder, route.accel, route.context) == ("local", "native", None)

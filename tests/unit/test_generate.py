@@ -19,8 +19,14 @@ UPDATE = os.environ.get("DOCKERARCH_UPDATE_GOLDEN") == "1"
 RECIPES = load_recipes()
 TARGETS = load_targets()
 COMBINATIONS = [
-    (r.name, t.name) for r in RECIPES.values() for t in TARGETS.values() if r.supports(t)
+    (r.name, t.name)
+    for r in RECIPES.values()
+    for t in TARGETS.values()
+    if r.supports(t) and t.arch.name != "amd64"
 ]
+# What builds natively on this x86-64 machine: no toolchain stage, no QEMU.
+NATIVE = [(r.name, t.name) for r in RECIPES.values() for t in TARGETS.values()
+          if r.supports(t) and t.arch.name == "amd64"]  # fmt: skip
 
 
 def _render(recipe: str, target: str, mode: str = "hybrid", **kw: object) -> str:
@@ -59,6 +65,17 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
     assert "ca-bundle" in text  # the host's CA reaches every step that downloads
     assert text == _render(recipe, target, "none")  # same input, same bytes
     assert "toolchain" not in text and "ccache" not in text
+
+
+@pytest.mark.parametrize(("recipe", "target"), NATIVE)
+def test_the_build_hosts_own_arch_renders_a_native_build(recipe: str, target: str) -> None:
+    text = _render(recipe, target)  # hybrid asked for: nothing to graft, it is this machine's
+    assert "toolchain" not in text and "ccache" not in text and "--platform=" not in text
+    assert "FROM dockerarch/base/debian-amd64:bookworm AS runtime-base" in text
+
+
+def test_every_recipe_but_qpulib_builds_for_amd64() -> None:
+    assert sorted(r for r, _ in NATIVE) == sorted(n for n in RECIPES if n != "qpulib")
 
 
 @pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
