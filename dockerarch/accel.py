@@ -95,6 +95,8 @@ class Toolchain:
     base_target: str
     ccache: bool = True
     drivers: tuple[str, ...] = ()  # DRIVERS packages run natively ('hybrid'); none: 'compilers'
+    python: str = ""  # the target's Python version (3.11): the native generators' interpreter
+    native_python: tuple[str, ...] = ()  # the recipe's code generators run natively
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -103,7 +105,13 @@ class Toolchain:
         cross compiler."""
         return (f"gcc-{self.gcc}-{self.triplet}", f"g++-{self.gcc}-{self.triplet}",
                 f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev", "python3-pip",
-                "python3-packaging", *[d for d in self.drivers if d != "dash"])  # fmt: skip
+                "python3-packaging", *[d for d in self.drivers if d != "dash"],
+                *(["python3-yaml"] if self.native_python else []))  # fmt: skip
+
+    @property
+    def python_package(self) -> str:
+        """The Debian package of the interpreter native generators run in (python3.11-minimal)."""
+        return f"python{self.python}-minimal"
 
     def template_vars(self) -> dict[str, object]:
         return {
@@ -120,6 +128,9 @@ class Toolchain:
             "uv_version": UV_VERSION,
             "drivers": list(self.drivers),
             "driver_programs_of": {d: DRIVERS[d] for d in self.drivers},
+            "python_package": self.python_package,
+            "python_program": f"python{self.python}",
+            "native_python": list(self.native_python),
             "drivers_log": DRIVERS_LOG,
             "driver_wheels": [DRIVER_WHEELS[d] for d in self.drivers if d in DRIVER_WHEELS],
             "wheels_dir": WHEELS_DIR,
@@ -174,6 +185,8 @@ def decide(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
         base_image=toolchain_base.base_image, base_target=toolchain_base.name, ccache=ccache,
         drivers=native_drivers(recipe) if requested == "hybrid" else (),
+        python=target.python,
+        native_python=recipe.native_python if requested == "hybrid" else (),
     )  # fmt: skip
     missing = [p for p in toolchain.packages[:3] if not cross_available(p, toolchain_base.suite)]
     if missing:
@@ -294,11 +307,13 @@ class DriverReport:
 
     native: dict[str, str]
     emulated: dict[str, str]
+    generators: dict[str, int] = dataclasses.field(default_factory=dict)  # runs per generator
 
     @classmethod
     def parse(cls, text: str) -> DriverReport:
         native: dict[str, str] = {}
         emulated: dict[str, str] = {}
+        runs: dict[str, int] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
             package, _, detail = rest.partition(" ")
@@ -306,12 +321,15 @@ class DriverReport:
                 native[package] = detail.split()[0] if detail else ""
             elif kind == "native-wheel" and package:  # once per Python start: said once
                 native[f"{package} (PyPI wheel)"] = detail.strip()
+            elif kind == "native-python" and package:  # one line per generator run
+                runs[package] = runs.get(package, 0) + 1
             elif kind == "emulated" and package:
                 emulated[package] = detail
-        return cls(native=native, emulated=emulated)
+        return cls(native=native, emulated=emulated, generators=runs)
 
-    def as_dict(self) -> dict[str, dict[str, str]]:
-        return {"native": dict(self.native), "emulated": dict(self.emulated)}
+    def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
+        return {"native": dict(self.native), "emulated": dict(self.emulated),
+                "native_generators": dict(self.generators)}  # fmt: skip
 
     def lines(self) -> list[str]:
         """What the progress says."""
@@ -320,4 +338,7 @@ class DriverReport:
             said.append("native build driver: " + ", ".join(
                 f"{p} {v}" for p, v in self.native.items()))  # fmt: skip
         said += [f"{p} stays emulated: {why}" for p, why in self.emulated.items()]
+        if self.generators:
+            said.append("native code generators: " + ", ".join(
+                f"{g} ({n} run{'s' if n != 1 else ''})" for g, n in self.generators.items()))  # fmt: skip
         return said

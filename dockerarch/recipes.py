@@ -155,6 +155,10 @@ class Recipe:
     no_hybrid: str | None = None  # why this recipe must compile with the emulated ARM compiler
     # Recipes that clone a git repository take --source: files of which one must be at its root.
     source_markers: tuple[str, ...] = ()
+    # Code generators a hybrid build runs in the native Python (same version, the stage's own
+    # pure-Python files): module names ("torchgen.gen", run as python -m) and scripts
+    # ("tools/setup_helpers/generate_code.py", matched at the end of the path).
+    native_python: tuple[str, ...] = ()
     # Named build contexts from other recipes' results: name -> result directory pattern under
     # OUT/<target>/, with {OPTION} replaced ("torch-wheels": "torch-{TORCH_VERSION}").
     uses: Mapping[str, str] = field(default_factory=dict)
@@ -224,6 +228,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
     "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers", "uses",
+    "native_python",
 )  # fmt: skip
 _CONTEXT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
@@ -356,6 +361,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         no_hybrid=_reason(top.get("no_hybrid"), source),
         source_markers=_strings(top.get("source_markers"), "source_markers", source),
         uses=_uses(top.get("uses"), options, source),
+        native_python=_native_python(top.get("native_python"), source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):
@@ -383,3 +389,19 @@ def find_recipe(recipes: Mapping[str, Recipe], name: str) -> Recipe:
         fix=f"Valid recipes: {', '.join(recipes)} (dockerarch recipes lists them); for any "
         "PyPI package use: dockerarch build wheel --package 'NAME==VERSION'.",
     )
+
+
+_GENERATOR = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$|^[A-Za-z0-9_./-]+\.py$"
+)
+
+
+def _native_python(raw: object, source: Path) -> tuple[str, ...]:
+    names = _strings(raw, "native_python", source)
+    for name in names:
+        if not _GENERATOR.match(name) or ".." in name.split("/"):
+            raise ConfigError(
+                f"'native_python' in {source} lists {name!r}, neither a module name "
+                "(torchgen.gen) nor a script path ending in .py (tools/gen.py)"
+            )
+    return names

@@ -226,26 +226,31 @@ def project_targets_file() -> Path | None:
 
 def load_targets(project_file: Path | None = None) -> dict[str, BoardTarget]:
     """Built-in targets with the project's overrides and additions applied."""
-    merged = _read(BUILTIN_TARGETS)
-    sources = {name: str(BUILTIN_TARGETS) for name in merged}
+    merged: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    _merge(merged, sources, BUILTIN_TARGETS)
     project_file = project_file or project_targets_file()
     if project_file is not None:
-        for name, body in _read(project_file).items():
-            parent = body.pop("extends", None)
-            if parent is not None:
-                if parent not in merged:
-                    raise ConfigError(
-                        f"'targets.{name}.extends' in {project_file} names '{parent}', "
-                        f"which is not a target.{did_you_mean(str(parent), merged)}"
-                    )
-                base = dict(merged[parent])
-            else:
-                base = dict(merged.get(name, {}))
-            sources[name] = (
-                f"{sources[name]} + {project_file}" if name in sources else str(project_file)
-            )
-            merged[name] = {**base, **body}
+        _merge(merged, sources, project_file)
     return {name: _build(name, body, sources[name]) for name, body in merged.items()}
+
+
+def _merge(merged: dict[str, dict[str, Any]], sources: dict[str, str], path: Path) -> None:
+    """The entries of ``path`` over ``merged``: a known name changes the fields it gives, a new
+    one gives every field or starts from a target named earlier (`extends`)."""
+    for name, body in _read(path).items():
+        parent = body.pop("extends", None)
+        if parent is not None:
+            if parent not in merged:
+                raise ConfigError(
+                    f"'targets.{name}.extends' in {path} names '{parent}', "
+                    f"which is not a target.{did_you_mean(str(parent), merged)}"
+                )
+            base = dict(merged[parent])
+        else:
+            base = dict(merged.get(name, {}))
+        sources[name] = f"{sources[name]} + {path}" if name in sources else str(path)
+        merged[name] = {**base, **body}
 
 
 def _build(name: str, body: Mapping[str, Any], source: str) -> BoardTarget:

@@ -206,3 +206,27 @@ def test_a_toolchain_that_is_not_an_amd64_target_is_a_clear_error(
 def test_amd64_builds_natively_here_and_grafts_nothing() -> None:
     assert _decide("debian-amd64", route="native") == accel.Decision(accel="native")
     assert _decide("debian-amd64") == accel.Decision(accel="qemu")  # a foreign host's QEMU
+
+
+def test_torchs_generators_run_in_the_native_python_of_the_targets_version() -> None:
+    toolchain = _decide("debian-armv7", recipe="torch").toolchain
+    assert toolchain is not None and "torchgen.gen" in toolchain.native_python
+    assert toolchain.python_package == "python3.11-minimal"
+    assert "python3-yaml" in toolchain.packages  # torchgen's YAML, the x86-64 C loader
+    compilers = _decide("debian-armv7", recipe="torch", requested="compilers").toolchain
+    assert compilers is not None and compilers.native_python == ()
+    assert "python3-yaml" not in compilers.packages
+
+
+def test_generator_runs_and_native_wheels_are_reported() -> None:
+    report = accel.DriverReport.parse(
+        "native python3.13-minimal 3.13.5-2 python-native\n"
+        "native-wheel cmake 4.4.4\nnative-wheel cmake 4.4.4\n"
+        "native-python torchgen.gen\nnative-python torchgen.gen\n"
+        "native-python tools/setup_helpers/generate_code.py\n"
+    )
+    assert report.native == {"python3.13-minimal": "3.13.5-2", "cmake (PyPI wheel)": "4.4.4"}
+    assert report.generators == {"torchgen.gen": 2, "tools/setup_helpers/generate_code.py": 1}
+    assert report.lines()[-1] == (
+        "native code generators: torchgen.gen (2 runs), tools/setup_helpers/generate_code.py (1 run)"
+    )

@@ -1,0 +1,42 @@
+"""Which command lines of the emulated Python are code generators the native one runs."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from dockerarch import paths
+
+NAMES = ["torchgen.gen", "tools/setup_helpers/generate_code.py", "tools.pyi.gen_pyi"]
+
+
+def _module() -> ModuleType:
+    path = paths.data_path("toolchain") / "dockerarch_native_python.py"
+    spec = importlib.util.spec_from_file_location("dockerarch_native_python", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # no DOCKERARCH_NATIVE_PYTHON here: it re-executes nothing
+    return module
+
+
+@pytest.mark.parametrize(
+    ("argv", "found"),
+    [
+        (["-m", "torchgen.gen", "--source-path", "aten/src/ATen"], "torchgen.gen"),
+        (["-E", "-s", "-m", "torchgen.gen"], "torchgen.gen"),
+        (["-mtools.pyi.gen_pyi", "--x"], "tools.pyi.gen_pyi"),
+        (["/src/pytorch/tools/setup_helpers/generate_code.py", "--install-dir", "x"],
+         "tools/setup_helpers/generate_code.py"),
+        (["tools/setup_helpers/generate_code.py"], "tools/setup_helpers/generate_code.py"),
+        (["-m", "torchgen.gen_executorch"], None),  # another module
+        (["-m", "torchgen"], None),
+        (["setup.py", "bdist_wheel"], None),  # the build itself stays emulated
+        (["-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"], None),
+        (["/x/mytools/setup_helpers/generate_code.py"], None),  # not at a path boundary
+        ([], None),
+    ],
+)  # fmt: skip
+def test_generators_are_recognised_by_module_or_script(argv: list[str], found: str | None) -> None:
+    assert _module().generator(argv, NAMES) == found
