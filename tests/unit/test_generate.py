@@ -90,17 +90,12 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     artifacts, rest = rest.split("FROM artifacts AS toolchain-log\n")
     log_stage, runtime = rest.split("FROM runtime-base AS runtime\n")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
-    assert (
-        f"FROM --platform=linux/amd64 {native.base_image} AS native-python\n"
-        in head
-    )
+    assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python\n" in head
     assert "FROM native-python AS toolchain\n" in head
     # The target's package lists are fetched by the x86-64 apt, with the target's own /etc/apt,
     # into the target's lists cache.
     lists = head[head.index("AS package-lists\n") :]
-    assert (
-        f"FROM --platform=linux/amd64 {native.base_image} AS package-lists" in head
-    )
+    assert f"FROM --platform=linux/amd64 {native.base_image} AS package-lists" in head
     assert "--mount=type=bind,from=target-base,source=/etc/apt,target=/run/target-apt" in lists
     assert f"id=dockerarch-apt-lists-{board.name},target=/run/target-lists" in lists
     assert f"update-lists {board.debian_arch} /run/target-apt" in lists
