@@ -61,6 +61,10 @@ DRIVERS: dict[str, tuple[str, ...]] = {
 DRIVER_WHEELS = {"cmake": "cmake", "ninja-build": "ninja"}
 WHEELS_DIR = "/usr/lib/dockerarch/wheels"
 DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
+# ccache's own record of each run of the build (stats_log): what came from the cache, so a build
+# run again after an interruption shows what it did not compile again.
+CCACHE_LOG = "/var/log/dockerarch-ccache.log"
+CCACHE_EXPORT = ".dockerarch-ccache.log"
 DRIVERS_EXPORT = ".dockerarch-drivers.log"
 DATA = paths.data_path("toolchain")
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
@@ -132,6 +136,8 @@ class Toolchain:
             "python_program": f"python{self.python}",
             "native_python": list(self.native_python),
             "drivers_log": DRIVERS_LOG,
+            "ccache_log": CCACHE_LOG,
+            "ccache_export": CCACHE_EXPORT,
             "driver_wheels": [DRIVER_WHEELS[d] for d in self.drivers if d in DRIVER_WHEELS],
             "wheels_dir": WHEELS_DIR,
             "drivers_export": DRIVERS_EXPORT,
@@ -292,6 +298,22 @@ def count_runs(toolchain_log: str) -> dict[str, int]:
         "runs": runs, "compiles": compiles, "native": native, "emulated": runs - native,
         "started_by_native": runs - started_emulated, "started_by_emulated": started_emulated,
     }  # fmt: skip
+
+
+def count_ccache(stats_log: str) -> dict[str, int]:
+    """ccache's stats_log: a block per run ("# FILE", then its counters): cache hits (direct or
+    preprocessed), misses (compiled), and runs ccache could not cache (links, probes)."""
+    hits = misses = other = 0
+    blocks = [b for b in ("\n" + stats_log).split("\n# ") if b.strip()]
+    for block in blocks:
+        counters = set(block.split("\n")[1:])
+        if counters & {"direct_cache_hit", "preprocessed_cache_hit"}:
+            hits += 1
+        elif "cache_miss" in counters:
+            misses += 1
+        else:
+            other += 1
+    return {"hits": hits, "misses": misses, "uncached": other}
 
 
 def emulated_starter(program: str) -> bool:

@@ -266,6 +266,7 @@ class Job:
         if request.toolchain is not None:  # the compiler-run log, out of the artifacts
             toolchain_log = work / "toolchain.log"
             os.replace(landing / accel.LOG_EXPORT, toolchain_log)
+            os.replace(landing / accel.CCACHE_EXPORT, work / "ccache.log")
             if request.toolchain.drivers:  # and what use-native-drivers did
                 exported = landing / accel.DRIVERS_EXPORT
                 drivers = accel.DriverReport.parse(exported.read_text(errors="replace"))
@@ -367,6 +368,13 @@ class Job:
         """Where the build's compiler runs ran, from dockerarch-cc's log (exported with the
         artifacts: read even when every step was cached)."""
         counts = accel.count_runs(toolchain_log.read_text(errors="replace"))
+        cached = accel.count_ccache(
+            (toolchain_log.parent / "ccache.log").read_text(errors="replace")
+        )
+        counts.update({f"ccache_{k}": v for k, v in cached.items()})
+        if cached["hits"] or cached["misses"]:
+            self.say(f"ccache: {cached['hits']} of {cached['hits'] + cached['misses']} compiles "
+                     "from the cache")  # fmt: skip
         self.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
                  f"runs native (x86-64), {counts['emulated']} under QEMU; "
                  f"{counts['started_by_native']} started by a native program, "

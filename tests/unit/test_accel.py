@@ -230,3 +230,14 @@ def test_generator_runs_and_native_wheels_are_reported() -> None:
     assert report.lines()[-1] == (
         "native code generators: torchgen.gen (2 runs), tools/setup_helpers/generate_code.py (1 run)"
     )
+
+
+def test_ccaches_stats_log_says_what_came_from_the_cache() -> None:
+    log = (
+        "# a.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\npreprocessed_cache_miss\n"
+        "# a.c\ndirect_cache_hit\nlocal_storage_hit\n"
+        "# b.c\ndirect_cache_miss\npreprocessed_cache_hit\n"
+        "# \ncalled_for_link\n"
+    )
+    assert accel.count_ccache(log) == {"hits": 2, "misses": 1, "uncached": 1}
+    assert accel.count_ccache("") == {"hits": 0, "misses": 0, "uncached": 0}

@@ -138,13 +138,17 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     assert graft < build.index("RUN mkdir -p /out")
     assert f"CC={board.triplet}-gcc" in build and f"CXX={board.triplet}-g++" in build
     assert f"id=dockerarch-ccache-{board.name}" in build[graft:]
-    assert build.rstrip().endswith(f"RUN touch {accel.LOG} && dockerarch-cc --report")
+    assert build.rstrip().endswith(
+        f"RUN touch {accel.LOG} {accel.CCACHE_LOG} && dockerarch-cc --report"
+    )
+    assert f"CCACHE_STATSLOG={accel.CCACHE_LOG}" in build
     # Nothing of it in the artifacts or the runtime image.
     assert artifacts.split("\n\n#")[0].strip() == "COPY --from=build /out/ /"
     # The export of a hybrid build: the outputs and, beside them, the compiler-run log and
     # what use-native-drivers did.
     assert log_stage.split("\n\n")[0].strip().splitlines() == [
         f"COPY --from=build {accel.LOG} /{accel.LOG_EXPORT}",
+        f"COPY --from=build {accel.CCACHE_LOG} /{accel.CCACHE_EXPORT}",
         f"COPY --from=build {accel.DRIVERS_LOG} /{accel.DRIVERS_EXPORT}",
     ]
     # The build driver: the x86-64 builds of the shell, make (and cmake and ninja where the

@@ -1,0 +1,146 @@
+"""A build stopped half-way through its compile step (Ctrl-C) and run again with the same command
+continues: what was compiled before comes from ccache (its cache mount outlives the stopped
+step), only the rest is compiled, and the result is what an uninterrupted build makes."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import dockerarch
+from .test_drivers import elf_shape
+
+UNITS = 48
+RECIPE = """\
+description: a C library of many files built with cmake and ninja, for the tests
+versions: {known: ["1.0"], default: "1.0"}
+artifacts: [tarball]
+apt: [build-essential, cmake, ninja-build]
+smoke: [many-check]
+"""
+TEMPLATE = """\
+{% extends "_partials/layout.Dockerfile.j2" %}
+{% import "_partials/macros.j2" as m with context %}
+{% block build %}
+COPY src /src/many
+RUN {{ m.compile_mounts(trail=" ") }}cmake -S /src/many -B /src/many/build -G Ninja -DCMAKE_BUILD_TYPE=Release \\
+ && cmake --build /src/many/build -j 2 \\
+ && DESTDIR=/stage cmake --install /src/many/build --prefix /usr/local \\
+ && tar -C /stage --sort=name --owner=0 --group=0 --numeric-owner -czf /out/many-1.0.tar.gz .
+{% endblock %}
+"""
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.13)
+project(many C)
+file(GLOB UNITS ${CMAKE_CURRENT_SOURCE_DIR}/unit*.c)
+add_library(many SHARED ${UNITS})
+add_executable(many-check main.c)
+target_link_libraries(many-check many)
+install(TARGETS many many-check)
+"""
+
+
+def unit(n: int) -> str:
+    """A translation unit gcc -O2 takes a while over: many small functions, each unrolled."""
+    body = "\n".join(
+        f"static int f{n}_{k}(int x) {{ int s = {k};"
+        f" for (int i = 0; i < 64; i++) s = s * 31 + (x ^ i) + {k}; return s; }}"
+        for k in range(400)
+    )
+    calls = " + ".join(f"f{n}_{k}(x)" for k in range(400))
+    return f"{body}\nint unit{n}(int x) {{ return {calls}; }}\n"
+
+
+def many_project(path: Path) -> Path:
+    src = path / "contexts" / "many" / "src"
+    src.mkdir(parents=True)
+    (path / "contexts" / "many" / "recipe.yaml").write_text(RECIPE)
+    (src / "CMakeLists.txt").write_text(CMAKELISTS)
+    for n in range(UNITS):
+        (src / f"unit{n:02d}.c").write_text(unit(n))
+    decls = "".join(f"int unit{n}(int);\n" for n in range(UNITS))
+    total = " + ".join(f"unit{n}(1)" for n in range(UNITS))
+    (src / "main.c").write_text(
+        f'#include <stdio.h>\n{decls}int main(void) {{ printf("units {UNITS} %d\\n", {total} != 0);'
+        " return 0; }\n"
+    )
+    (path / "dockerfiles").mkdir()
+    (path / "dockerfiles" / "many.Dockerfile.j2").write_text(TEMPLATE)
+    return path
+
+
+def build_until_half(project: Path, out: Path) -> str:
+    """`dockerarch build` as a user runs it, stopped with Ctrl-C (SIGINT) once its compile step
+    has said it is half-way; its standard error."""
+    command = [sys.executable, "-m", "dockerarch", "build", "many", "--arch", "armv7",
+               "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    said = []
+    deadline = time.monotonic() + 1800
+    for line in proc.stderr:
+        said.append(line)
+        count = re.search(r"compiling many with cmake \[(\d+)/(\d+)\]", line)
+        if count and int(count.group(1)) * 2 >= int(count.group(2)):
+            proc.send_signal(signal.SIGINT)
+            break
+        assert time.monotonic() < deadline, "".join(said)
+    rest, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, "".join(said) + (rest or "")
+    return "".join(said) + (rest or "")
+
+
+def tarball(out: Path) -> dict[str, bytes]:
+    (path,) = (out / "debian-armv7" / "many-1.0").glob("*.tar.gz")
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    done = dockerarch("base", "bootstrap", "--arch", "armv7", "--no-push", timeout=3600)
+    assert done.returncode == 0, done.stderr
+    return many_project(tmp_path_factory.mktemp("many"))
+
+
+def test_a_build_stopped_half_way_compiles_only_the_rest_when_run_again(project: Path) -> None:
+    out = project / "dist"
+    said = build_until_half(project, out)
+    assert "Traceback" not in said
+    interrupted = out / "debian-armv7" / "many-1.0.interrupted.log"
+    log = interrupted.read_text()
+    # ninja prints an object's line when it is compiled: what the stopped build had finished.
+    finished = set(re.findall(r"Building C object CMakeFiles/many\.dir/(unit\d+\.c)\.o", log))
+    assert UNITS // 3 <= len(finished) < UNITS, sorted(finished)
+    assert not (out / "debian-armv7" / "many-1.0").exists()  # nothing half-written landed
+
+    again = dockerarch("build", "many", "--arch", "armv7", "--out", str(out), cwd=project,
+                       timeout=3600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    data = json.loads((out / "debian-armv7" / "many-1.0" / "manifest.json").read_text())
+    hybrid = data["hybrid"]
+    # Every unit finished before the stop came from ccache; only the rest was compiled (cmake's
+    # own probes of the compiler may add a few either way).
+    assert hybrid["ccache_hits"] >= len(finished), hybrid
+    assert hybrid["ccache_misses"] <= UNITS - len(finished) + 4, hybrid
+    assert f"ccache: {hybrid['ccache_hits']} of" in " ".join(again.stderr.split())
+    assert data["smoke"] == "units 48 1"
+
+    # The same files, symbols and sections as a build that was never stopped (no ccache).
+    whole = project / "whole"
+    done = dockerarch("build", "many", "--arch", "armv7", "--no-ccache", "--out", str(whole),
+                      cwd=project, timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed, uninterrupted = tarball(out), tarball(whole)
+    assert sorted(resumed) == sorted(uninterrupted)
+    for name, data_ in resumed.items():
+        if data_[:4] == b"\x7fELF":
+            assert elf_shape(data_) == elf_shape(uninterrupted[name]), name
