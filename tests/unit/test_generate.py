@@ -241,6 +241,14 @@ def test_a_local_tree_is_built_with_uv_in_hybrid_builds() -> None:
     )
 
 
+@pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
+def test_uv_is_pointed_only_at_wheels_the_build_fetches(recipe: str, target: str) -> None:
+    """uv refuses to build at all when its --find-links directory is missing (a wheel recipe
+    without cmake once failed so): the directory is named only where native-wheels fills it."""
+    text = _render(recipe, target)
+    assert ("UV_FIND_LINKS=" in text) == ("python3 /dockerarch/native-wheels" in text)
+
+
 def test_every_required_combination_is_covered() -> None:
     covered = {r for r, _ in COMBINATIONS}
     assert {"wheel", "torch", "torchvision", "opencv", "numpy", "vaccel", "qpulib"} <= covered
