@@ -33,7 +33,7 @@ _STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
 # How far a compile step is: ninja's "[412/1217] Building CXX object ..." and the "[ 45%]" of
 # cmake's Makefiles, as buildx shows them ("#19 12.34 [412/1217] ...").
-_COUNT = re.compile(r"^#\d+ [\d.]+ \[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
+_COUNT = re.compile(r"^#\d+ [\d.]+ \s*\[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
 TAIL_LINES = 30
 
 
@@ -192,7 +192,9 @@ class Job:
         landing.mkdir()
         log_path = landing / "build.log"
         try:
-            with log_path.open("w") as log:
+            # Line-buffered: a Ctrl-C stops this thread with no flush, and the log kept then
+            # (keep_interrupted_log) must hold every line buildx had printed.
+            with log_path.open("w", buffering=1) as log:
                 result.hybrid = self._build(work, landing, log, started)
             result.artifacts = sorted(
                 p for p in landing.iterdir() if p.name not in ("build.log", "manifest.json")

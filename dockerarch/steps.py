@@ -20,6 +20,7 @@ _LISTS = re.compile(r"update-lists (?P<arch>\S+)")
 _SDIST = re.compile(r"source=/sdists/(?P<dist>[^,\s]+)")
 _FETCH = re.compile(r"fetch-sdist '(?P<spec>[^']+)'")
 _COLLECT = re.compile(r"collect-toolchain (?P<triplet>\S+) (?P<gcc>\d+)")
+_NATIVE_WHEELS = re.compile(r"native-wheels \S+ (?P<dists>[^;&|]+)")
 _CLONE = re.compile(r"git clone .*?(?P<url>(?:https?|file)://\S+)")
 _TOOLS = (
     ("setup.py bdist_wheel", "setup.py"),
@@ -82,13 +83,17 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"fetching {fetch.group('spec')} from the index"
     if "/tmp/hello.c" in body:
         return "checking the grafted compiler"
+    wheels = _NATIVE_WHEELS.search(body)
+    if wheels:
+        return f"fetching the native {', '.join(wheels.group('dists').split())} wheels"
     if "use-native-drivers" in body:
         return "putting the native build driver in place"
     if "dockerarch-cc --report" in body:
         return "counting compiler runs"
     if "from=artifacts" in rest:
         return "runtime image: installing the artifacts"
-    if "tar -xzf" in body or "tar -xf" in body:
+    builds = next((tool for needle, tool in _TOOLS[:2] if needle in body), None)
+    if builds is None and ("tar -xzf" in body or "tar -xf" in body):
         return "unpacking the sources"
     clone = _CLONE.search(body)
     if clone:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -48,10 +49,11 @@ install(TARGETS many many-check)
 """
 
 
-def unit(n: int) -> str:
-    """A translation unit gcc -O2 takes a while over: many small functions, each unrolled."""
+def unit(n: int, salt: int) -> str:
+    """A translation unit gcc -O2 takes a while over: many small functions, each unrolled. The
+    salt makes it new to ccache, whose cache mount outlives test runs on one machine."""
     body = "\n".join(
-        f"static int f{n}_{k}(int x) {{ int s = {k};"
+        f"static int f{n}_{k}(int x) {{ int s = {k} + {salt};"
         f" for (int i = 0; i < 64; i++) s = s * 31 + (x ^ i) + {k}; return s; }}"
         for k in range(400)
     )
@@ -59,13 +61,13 @@ def unit(n: int) -> str:
     return f"{body}\nint unit{n}(int x) {{ return {calls}; }}\n"
 
 
-def many_project(path: Path) -> Path:
+def many_project(path: Path, salt: int) -> Path:
     src = path / "contexts" / "many" / "src"
     src.mkdir(parents=True)
     (path / "contexts" / "many" / "recipe.yaml").write_text(RECIPE)
     (src / "CMakeLists.txt").write_text(CMAKELISTS)
     for n in range(UNITS):
-        (src / f"unit{n:02d}.c").write_text(unit(n))
+        (src / f"unit{n:02d}.c").write_text(unit(n, salt))
     decls = "".join(f"int unit{n}(int);\n" for n in range(UNITS))
     total = " + ".join(f"unit{n}(1)" for n in range(UNITS))
     (src / "main.c").write_text(
@@ -108,7 +110,7 @@ def tarball(out: Path) -> dict[str, bytes]:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = dockerarch("base", "bootstrap", "--arch", "armv7", "--no-push", timeout=3600)
     assert done.returncode == 0, done.stderr
-    return many_project(tmp_path_factory.mktemp("many"))
+    return many_project(tmp_path_factory.mktemp("many"), secrets.randbelow(1 << 30))
 
 
 def test_a_build_stopped_half_way_compiles_only_the_rest_when_run_again(project: Path) -> None:

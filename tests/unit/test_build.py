@@ -47,6 +47,7 @@ NINJA_LOG = """\
 #18 0.9 [ 45%] Building C object CMakeFiles/hello.dir/hello.c.o
 #18 1.0 [0/0] nothing
 #18 1.1 building [1/2] in the middle of a line
+#18 1.2   [413/1217] Building CXX object x.cpp.o (pip -v indents its backend's lines)
 """
 
 
@@ -57,7 +58,8 @@ def test_a_compile_step_says_how_far_it_is() -> None:
         tracker.feed(line)
         counts.append(tracker.count(line))
     assert [c for c in counts if c] == [(1, 1217, "1/1217"), (3, 9, "3/9"),
-                                         (412, 1217, "412/1217"), (45, 100, "45%")]  # fmt: skip
+                                         (412, 1217, "412/1217"), (45, 100, "45%"),
+                                         (413, 1217, "413/1217")]  # fmt: skip
     # A count of a step that is not the one shown now (a stage running beside it) is not taken.
     assert tracker.count("#19 0.200 [4/9] something else's count") is None
 

@@ -194,7 +194,7 @@ def test_opencvs_sdist_is_fetched_unpacked_and_patched_natively_and_built_with_u
     plain = _render("opencv", "debian-armv7", "none")
     assert "sources" not in plain and "uv " not in plain
     assert "pip download --no-deps --no-binary opencv-python-headless --dest /src/sdist" in plain
-    assert new in plain and plain.count("pip wheel --no-deps --wheel-dir /out /src/opencv") == 1
+    assert new in plain and plain.count("pip wheel -v --no-deps --wheel-dir /out /src/opencv") == 1
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_pypi_sdists_are_fetched_natively_and_built_with_uv_in_hybrid_builds(
     assert "ca-bundle" in step and "pip wheel" not in hybrid
     plain = _render(recipe, "debian-armv7", "none", **kw)
     assert "sources" not in plain and "uv" not in plain
-    assert f"python3 -m pip wheel --no-deps --no-binary {dist} --wheel-dir /out" in plain
+    assert f"python3 -m pip wheel -v --no-deps --no-binary {dist} --wheel-dir /out" in plain
     assert re.findall(r"--config-settings=(\S+)", plain) == settings
     assert plain.rstrip().split("\n\nFROM scratch AS artifacts")[0].count(f"'{spec}'") == 1
 
@@ -236,7 +236,7 @@ def test_a_local_tree_is_built_with_uv_in_hybrid_builds() -> None:
     assert "uv build --wheel --no-create-gitignore --out-dir /out /src/package" in hybrid
     plain = _render("wheel", "debian-aarch64", "none", package=fixture)
     assert (
-        "python3 -m pip wheel --no-deps --wheel-dir /out /src/package" in plain
+        "python3 -m pip wheel -v --no-deps --wheel-dir /out /src/package" in plain
         and "uv" not in plain
     )
 

@@ -95,6 +95,16 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
         ),
         ("[build 3/9] RUN echo one two three", "echo one two three"),
         (
+            "[toolchain 3/4] RUN --mount=type=bind,source=x,target=/dockerarch     python3"
+            " /dockerarch/native-wheels /toolchain/usr/lib/dockerarch/wheels cmake ninja",
+            "native toolchain: fetching the native cmake, ninja wheels",
+        ),
+        (  # a plain build fetches, unpacks and builds in one step: it is the compile
+            "[build 3/3] RUN python3 -m pip download --dest /src/sdist x && tar -xzf"
+            " /src/sdist/*.tar.gz -C /src/x && python3 -m pip wheel -v --wheel-dir /out /src/x",
+            "compiling vaccel with pip",
+        ),
+        (
             "[runtime 2/3] RUN apt-get install -y --no-install-recommends  python3",
             "runtime packages: apt: 1 package",
         ),
