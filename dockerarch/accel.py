@@ -260,16 +260,38 @@ def madison_has(output: str, suite: str) -> bool:
     return False
 
 
+def release_codenames(policy: str) -> dict[str, str]:
+    """The suites `apt-cache policy` lists, each by its codename and by its archive name
+    (`stable` -> `trixie`): {name: codename}."""
+    names: dict[str, str] = {}
+    for line in policy.splitlines():
+        line = line.strip()
+        if not line.startswith("release "):
+            continue
+        fields = dict(f.split("=", 1) for f in line[len("release ") :].split(",") if "=" in f)
+        codename = fields.get("n")
+        if codename:
+            names[codename] = codename
+            if fields.get("a"):
+                names.setdefault(fields["a"], codename)
+    return names
+
+
 def host_apt_has(package: str, suite: str) -> bool:
-    """Whether the host's apt knows ``package`` in ``suite``: the toolchain stage's base is
-    bootstrapped from the host's mirror, so the host's package lists tell what it can install.
-    Without apt-cache, assume yes: the toolchain stage's apt then says what is missing."""
+    """Whether the host's apt knows ``package`` in ``suite`` (a codename or an archive name such
+    as `stable`): the toolchain stage's base is bootstrapped from the host's mirror, so the host's
+    package lists tell what it can install. Without apt-cache, or when the host has no lists of
+    that suite, assume yes: the toolchain stage's apt then says what is missing."""
     from dockerarch import process
 
     if shutil.which("apt-cache") is None:
         return True
+    suites = release_codenames(process.run(["apt-cache", "policy"], check=False, timeout=60).stdout)
+    if suite not in suites:
+        return True
     return madison_has(
-        process.run(["apt-cache", "madison", package], check=False, timeout=60).stdout, suite
+        process.run(["apt-cache", "madison", package], check=False, timeout=60).stdout,
+        suites[suite],
     )
 
 

@@ -110,6 +110,25 @@ def test_madison_output_is_read_per_suite(suite: str, found: bool) -> None:
     assert accel.madison_has(MADISON.splitlines()[2], "bookworm") is False  # trixie only
 
 
+POLICY = """\
+Package files:
+ 100 /var/lib/dpkg/status
+     release a=now
+ 100 http://mirror.example.invalid/debian trixie/main amd64 Packages
+     release v=13.8,o=Debian,a=stable,n=trixie,l=Debian,c=main,b=amd64
+ 500 http://mirror.example.invalid/debian bookworm/main amd64 Packages
+     release v=12.15,o=Debian,a=oldstable,n=bookworm,l=Debian,c=main,b=amd64
+Pinned packages:
+"""
+
+
+def test_the_hosts_suites_are_known_by_codename_and_archive_name() -> None:
+    assert accel.release_codenames(POLICY) == {
+        "trixie": "trixie", "stable": "trixie", "bookworm": "bookworm", "oldstable": "bookworm",
+    }  # fmt: skip
+    assert accel.release_codenames("") == {}
+
+
 def test_the_toolchain_log_is_counted() -> None:
     log = ("x86_64 aarch64-linux-gnu-gcc compile dash\n"
            "x86_64 aarch64-linux-gnu-gcc other aarch64-binfmt-P\n"
