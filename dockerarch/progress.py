@@ -40,7 +40,9 @@ class Board:
         self._since: dict[str, float] = {}
         self._ended: dict[str, float] = {}
         self._printed: dict[str, set[str]] = {name: set() for name in self.names}
-        self._tenths: dict[tuple[str, str], int] = {}  # plain counts printed, per job and step
+        # plain counts printed, per job, step and count: one step may run several builds (a
+        # bundled project's own [1/4] before the main [1/1326]); each counts from its start
+        self._tenths: dict[tuple[str, str, int], int] = {}
         self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self._live: Live | None = None
 
@@ -121,9 +123,9 @@ class Board:
                 self._steps[name] = text
                 return
             tenth = min(10, done * 10 // total)
-            if tenth <= self._tenths.get((name, words), -1):
+            if tenth <= self._tenths.get((name, words, total), -1):
                 return
-            self._tenths[name, words] = tenth
+            self._tenths[name, words, total] = tenth
             self._steps[name] = text
             self.stream.write(self._line(name, text) + "\n")
             self.stream.flush()

@@ -22,6 +22,7 @@ _FETCH = re.compile(r"fetch-sdist '(?P<spec>[^']+)'")
 _COLLECT = re.compile(r"collect-toolchain (?P<triplet>\S+) (?P<gcc>\d+)")
 _NATIVE_WHEELS = re.compile(r"native-wheels \S+ (?P<dists>[^;&|]+)")
 _CLONE = re.compile(r"git clone .*?(?P<url>(?:https?|file)://\S+)")
+_DEBIAN_SOURCE = re.compile(r"apt-get \$o source --only-source (?P<package>\S+?);")
 _TOOLS = (
     ("setup.py bdist_wheel", "setup.py"),
     ("pip wheel", "pip"),
@@ -55,6 +56,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
     if verb == "COPY":
         if "--from=toolchain" in rest:
             return "grafting the native cross compiler"
+        if "--from=sources" in rest:
+            return "copying the natively fetched sources"
         if "--from=source" in rest:
             return "copying the --source tree"
         if "--from=build" in rest:
@@ -78,6 +81,9 @@ def _describe(stage: str, command: str, subject: str) -> str:
     collect = _COLLECT.search(body)
     if collect:
         return f"collecting gcc {collect.group('gcc')} for {collect.group('triplet')}"
+    debian_source = _DEBIAN_SOURCE.search(body)
+    if debian_source:
+        return f"fetching Debian's source package {debian_source.group('package')}"
     fetch = _FETCH.search(body)
     if fetch:
         return f"fetching {fetch.group('spec')} from the index"

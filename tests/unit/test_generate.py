@@ -288,6 +288,28 @@ def test_options_and_versions_change_the_output() -> None:
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
 
 
+def test_torch_from_debians_source_package() -> None:
+    """SOURCE=debian: the target suite's source package, fetched natively in hybrid builds (the
+    emulated stage only copies it) and in the build stage of plain ones; no git clone, and the
+    distribution's libraries, since the tree has no third_party/."""
+    hybrid = _render("torch", "debian-armv7", settings={"SOURCE": "debian"})
+    sources, build = hybrid.split("FROM toolchain AS sources", 1)[1].split(" AS build\n", 1)
+    assert "apt-get $o source --only-source pytorch;" in sources
+    assert "from=target-base,source=/etc/apt,target=/run/target-apt" in sources
+    assert "dpkg-dev" in sources and "git clone" not in hybrid
+    assert "COPY --from=sources /sources/pytorch /src/pytorch" in build
+    assert "USE_SYSTEM_LIBS=ON" in build and "libfmt-dev" in build
+    plain = _render("torch", "debian-armv7", "none", settings={"SOURCE": "debian"})
+    build = plain.split(" AS build\n", 1)[1]
+    assert "FROM toolchain" not in plain and "git clone" not in plain
+    assert "apt-get $o source --only-source pytorch;" in build and "dpkg-dev" in build
+    assert "Dir::Etc::trustedparts=/etc/apt/trusted.gpg.d" in build
+    # the version asked for is the one checked
+    assert 'case "$upstream" in 2.6.0|2.6.0[+~]*)' in _render(
+        "torch", "debian-armv7", version="2.6.0", settings={"SOURCE": "debian"}
+    )
+
+
 def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         ["generate", "wheel", "--arch", "armhf", "--package", "zstandard==0.23.0"], capsys

@@ -123,3 +123,18 @@ def test_on_a_terminal_a_long_compile_shows_every_count_on_its_line() -> None:
         )
         board.count("debian-armv7", "compiling opencv with uv", 413, 1217, "413/1217")
         assert board._steps["debian-armv7"] == "compiling opencv with uv [413/1217]"
+
+
+def test_without_a_terminal_a_second_count_in_the_same_step_is_shown_from_its_start() -> None:
+    # torch's setup.py runs a bundled project's own ninja ([1/4] ...) before the main one
+    board, stream = _plain()
+    with board:
+        for done in range(1, 5):
+            board.count("debian-armv7", "compiling torch with setup.py", done, 4, f"{done}/4")
+        for done in range(1, 1327):
+            board.count("debian-armv7", "compiling torch with setup.py", done, 1326, f"{done}/1326")
+    lines = [line.split(maxsplit=2)[2] for line in stream.getvalue().splitlines()]
+    assert "compiling torch with setup.py [4/4]" in lines
+    assert "compiling torch with setup.py [1/1326]" in lines
+    assert "compiling torch with setup.py [133/1326]" in lines  # its first tenth
+    assert len([line for line in lines if line.endswith("/1326]")]) == 11

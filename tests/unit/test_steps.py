@@ -117,3 +117,21 @@ def test_titles_to_words(title: str, words: str) -> None:
 def test_an_unknown_long_command_is_cut_to_one_short_line() -> None:
     words = steps.describe("[build 3/9] RUN " + "x" * 200)
     assert len(words) == 60 and words.endswith("...")
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "none"])
+def test_a_debian_source_package_step_says_what_it_fetches(mode: str) -> None:
+    (request,) = plan(
+        "torch",
+        arch=None,
+        target="debian-armv7",
+        version=None,
+        package=None,
+        settings={"SOURCE": "debian"},
+    )
+    dockerfile = render(accel.for_generate(request, mode), paths.template_dirs())
+    said = [steps.describe(t, subject="torch") for t in _titles(dockerfile)]
+    assert "fetching Debian's source package pytorch" in said
+    # hybrid: fetched natively, then handed to the emulated build stage
+    assert ("copying the natively fetched sources" in said) == (mode == "hybrid")
+    assert "compiling torch with setup.py" in said
