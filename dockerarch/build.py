@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -25,7 +24,7 @@ from typing import Protocol, TextIO
 
 from dockerarch import __version__, accel, artifacts, builders, engine, paths, steps
 from dockerarch.errors import DockerarchError, EngineError, UsageError
-from dockerarch.files import replace_dir
+from dockerarch.files import abandoned_work_dirs, make_work_dir, replace_dir
 from dockerarch.render import RenderRequest, render
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -184,9 +183,8 @@ class Job:
         started = time.monotonic()
         result = JobResult(target=self.target.name)
         self.final.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(
-            tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".tmp", dir=self.final.parent)
-        )
+        self._clear_abandoned()
+        work = make_work_dir(self.final.parent, self.final.name)
         self.work = work
         landing = work / "result"
         landing.mkdir()
@@ -216,6 +214,18 @@ class Job:
             self.work = None
             result.seconds = time.monotonic() - started
         return result
+
+    def _clear_abandoned(self) -> None:
+        """What a run of this build killed outright (SIGKILL, a closed session) left: its log
+        so far kept as an interrupted one's is, its temporary directory removed. What it had
+        compiled is in the compiler cache; this run continues from there."""
+        for stale in abandoned_work_dirs(self.final.parent, self.final.name):
+            log = stale / "result" / "build.log"
+            if log.is_file() and log.stat().st_size > 0:
+                kept = self.final.parent / f"{self.final.name}.interrupted.log"
+                os.replace(log, kept)
+                self.say(f"an earlier run of this build was killed; its log: {kept}")
+            shutil.rmtree(stale, ignore_errors=True)
 
     def keep_interrupted_log(self) -> Path | None:
         """On Ctrl-C (the job's thread is stopped with the process, its cleanup never runs):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,3 +61,47 @@ def replace_dir(
         raise
     if old is not None:
         remove(old)
+
+
+OWNER = "owner.pid"  # in a work directory: the process that made it
+_UNCLAIMED_GRACE = 60.0  # seconds a work directory may exist before its owner writes OWNER
+
+
+def make_work_dir(parent: Path, name: str) -> Path:
+    """A temporary directory ``.NAME.XXXXXXXX.tmp`` in ``parent``, claimed by this process (see
+    ``abandoned_work_dirs``)."""
+    work = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
+    (work / OWNER).write_text(f"{os.getpid()}\n")
+    return work
+
+
+def abandoned_work_dirs(parent: Path, name: str) -> list[Path]:
+    """The work directories of ``name`` in ``parent`` whose process is gone: a command killed
+    with SIGKILL (or a lost machine) cannot clean up after itself. One whose process still runs
+    (another terminal building the same thing) is left alone."""
+    pattern = re.compile(rf"^\.{re.escape(name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
+    found = []
+    for path in sorted(parent.iterdir()) if parent.is_dir() else []:
+        if not pattern.match(path.name) or path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            pid = int((path / OWNER).read_text().strip())
+        except (OSError, ValueError):
+            if time.time() - path.stat().st_mtime > _UNCLAIMED_GRACE:
+                found.append(path)
+            continue
+        if not _alive(pid):
+            found.append(path)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,10 +1,12 @@
-"""A build stopped half-way through its compile step (Ctrl-C) and run again with the same command
-continues: what was compiled before comes from ccache (its cache mount outlives the stopped
-step), only the rest is compiled, and the result is what an uninterrupted build makes."""
+"""A build stopped half-way through its compile step (Ctrl-C, or the command and its buildx
+killed outright) and run again with the same command continues: what was compiled before comes
+from ccache (its cache mount outlives the stopped step), only the rest is compiled, and the
+result is what an uninterrupted build makes."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import signal
@@ -79,12 +81,23 @@ def many_project(path: Path, salt: int) -> Path:
     return path
 
 
-def build_until_half(project: Path, out: Path) -> str:
-    """`dockerarch build` as a user runs it, stopped with Ctrl-C (SIGINT) once its compile step
-    has said it is half-way; its standard error."""
+STOPS = {
+    # Ctrl-C in the terminal: dockerarch stops buildx, keeps the log so far, removes its work
+    "ctrl-c": lambda proc: proc.send_signal(signal.SIGINT),
+    # a closed SSH session or the OOM killer: the command and its buildx die on the spot, and
+    # nothing of dockerarch runs to clean up
+    "sigkill": lambda proc: os.killpg(proc.pid, signal.SIGKILL),
+}
+
+
+def build_until_half(project: Path, out: Path, stop: str) -> str:
+    """`dockerarch build` as a user runs it, stopped (``STOPS``) once its compile step has said
+    it is half-way; its standard error."""
     command = [sys.executable, "-m", "dockerarch", "build", "many", "--arch", "armv7",
                "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, cwd=project, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     assert proc.stderr is not None
     said = []
     deadline = time.monotonic() + 1800
@@ -92,11 +105,13 @@ def build_until_half(project: Path, out: Path) -> str:
         said.append(line)
         count = re.search(r"compiling many with cmake \[(\d+)/(\d+)\]", line)
         if count and int(count.group(1)) * 2 >= int(count.group(2)):
-            proc.send_signal(signal.SIGINT)
+            STOPS[stop](proc)
             break
         assert time.monotonic() < deadline, "".join(said)
     rest, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130, "".join(said) + (rest or "")
+    assert proc.returncode == (130 if stop == "ctrl-c" else -signal.SIGKILL), "".join(said) + (
+        rest or ""
+    )
     return "".join(said) + (rest or "")
 
 
@@ -107,26 +122,36 @@ def tarball(out: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _base() -> None:
     done = dockerarch("base", "bootstrap", "--arch", "armv7", "--no-push", timeout=3600)
     assert done.returncode == 0, done.stderr
-    return many_project(tmp_path_factory.mktemp("many"), secrets.randbelow(1 << 30))
 
 
-def test_a_build_stopped_half_way_compiles_only_the_rest_when_run_again(project: Path) -> None:
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_build_stopped_half_way_compiles_only_the_rest_when_run_again(
+    _base: None, tmp_path: Path, stop: str
+) -> None:
+    project = many_project(tmp_path, secrets.randbelow(1 << 30))
     out = project / "dist"
-    said = build_until_half(project, out)
+    said = build_until_half(project, out, stop)
     assert "Traceback" not in said
-    interrupted = out / "debian-armv7" / "many-1.0.interrupted.log"
-    log = interrupted.read_text()
-    # ninja prints an object's line when it is compiled: what the stopped build had finished.
-    finished = set(re.findall(r"Building C object CMakeFiles/many\.dir/(unit\d+\.c)\.o", log))
-    assert UNITS // 3 <= len(finished) < UNITS, sorted(finished)
-    assert not (out / "debian-armv7" / "many-1.0").exists()  # nothing half-written landed
+    results = out / "debian-armv7"
+    interrupted = results / "many-1.0.interrupted.log"
+    assert not (results / "many-1.0").exists()  # nothing half-written landed
+    if stop == "sigkill":  # nothing ran to clean up: the work directory is still there
+        assert not interrupted.exists()
+        assert [p.name for p in results.glob(".many-1.0.*.tmp")], list(results.iterdir())
 
     again = dockerarch("build", "many", "--arch", "armv7", "--out", str(out), cwd=project,
                        timeout=3600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
+    if stop == "sigkill":  # the run after cleans up, and says where the killed run's log is
+        assert "an earlier run of this build was killed" in " ".join(again.stderr.split())
+    assert not list(results.glob(".many-1.0.*")), list(results.iterdir())
+    log = interrupted.read_text()
+    # ninja prints an object's line when it is compiled: what the stopped build had finished.
+    finished = set(re.findall(r"Building C object CMakeFiles/many\.dir/(unit\d+\.c)\.o", log))
+    assert UNITS // 3 <= len(finished) < UNITS, sorted(finished)
     data = json.loads((out / "debian-armv7" / "many-1.0" / "manifest.json").read_text())
     hybrid = data["hybrid"]
     # Every unit finished before the stop came from ccache; only the rest was compiled (cmake's

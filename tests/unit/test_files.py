@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from dockerarch.files import OWNER, abandoned_work_dirs, make_work_dir
+
+
+def _dead_pid() -> int:
+    """A process id no process has now."""
+    pid = 4_194_000
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    return pid
+
+
+def test_a_killed_commands_work_directory_is_found_and_a_running_ones_is_not(
+    tmp_path: Path,
+) -> None:
+    mine = make_work_dir(tmp_path, "torch-2.6.0")
+    assert mine.name.startswith(".torch-2.6.0.") and mine.name.endswith(".tmp")
+    assert (mine / OWNER).read_text() == f"{os.getpid()}\n"
+    killed = make_work_dir(tmp_path, "torch-2.6.0")
+    (killed / OWNER).write_text(f"{_dead_pid()}\n")
+    assert abandoned_work_dirs(tmp_path, "torch-2.6.0") == [killed]
+
+
+def test_only_the_named_results_directories_are_candidates(tmp_path: Path) -> None:
+    for name in ("torch-2.6.0.1", "torch-2.6"):
+        other = make_work_dir(tmp_path, name)
+        (other / OWNER).write_text(f"{_dead_pid()}\n")
+    (tmp_path / "torch-2.6.0").mkdir()  # a landed result
+    (tmp_path / ".torch-2.6.0.abcdefgh.tmp").symlink_to(tmp_path / "torch-2.6.0")
+    assert abandoned_work_dirs(tmp_path, "torch-2.6.0") == []
+    assert abandoned_work_dirs(tmp_path / "absent", "torch-2.6.0") == []
+
+
+def test_an_unclaimed_directory_is_abandoned_only_once_its_owner_had_time_to_claim_it(
+    tmp_path: Path,
+) -> None:
+    fresh = tmp_path / ".x-1.abcdefgh.tmp"
+    fresh.mkdir()
+    assert abandoned_work_dirs(tmp_path, "x-1") == []
+    old = time.time() - 3600
+    os.utime(fresh, (old, old))
+    assert abandoned_work_dirs(tmp_path, "x-1") == [fresh]
