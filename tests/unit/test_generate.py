@@ -451,3 +451,21 @@ def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert re.search(r"^torch\s+1\.1\.0, 1\.4\.0, 2\.1\.2, 2\.3\.1\*", out, re.MULTILINE)
     assert re.search(r"^qpulib .* debian-armv7,rpi3 ", out, re.MULTILINE)
+
+
+def test_the_qpu_dot_example_renders_against_torch_and_qpulib(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/qpu-dot (seed 004's extension) is a project a user builds as it is."""
+    monkeypatch.setenv(
+        "DOCKERARCH_PROJECT", str(Path(__file__).parents[2] / "examples" / "qpu-dot")
+    )
+    code, out, err = run(["generate", "qpu-dot", "--target", "trixie-armv7"], capsys)
+    assert code == 0, err
+    build = out.split(" AS build\n", 1)[1].split("\nFROM ", 1)[0]
+    assert (
+        "from=torch-wheels,target=/torch-wheels" in build and "from=qpulib,target=/qpulib" in build
+    )
+    assert "pip install /torch-wheels/torch-2.6.0-*.whl" in build and "ENV QPU=0" in build
+    code, _, err = run(["generate", "qpu-dot", "--target", "debian-aarch64"], capsys)
+    assert code != 0 and "Traceback" not in err
