@@ -28,10 +28,21 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 def load_yaml(path: Path) -> Any:
     import yaml
 
+    if path.is_dir():
+        raise ConfigError(
+            f"{path} is a directory, not a YAML file", fix="Give the path of the file itself."
+        )
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"Cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} on line {line} is not "
+            "valid UTF-8",
+            fix="Save the file as UTF-8 (YAML files are UTF-8).",
+        ) from exc
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -103,13 +114,21 @@ _NAMESPACE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z
 
 def find_registry_file(explicit: Path | None = None) -> Path | None:
     """``explicit``, else $DOCKERARCH_REGISTRY_CONFIG, else ./registry.yaml if present."""
-    if explicit is not None:
-        if not explicit.is_file():
-            raise ConfigError(f"{explicit} does not exist", fix="Pass an existing registry.yaml.")
-        return explicit
     env = os.environ.get("DOCKERARCH_REGISTRY_CONFIG")
-    if env:
-        return find_registry_file(Path(env))
+    given, how = (
+        (explicit, "")
+        if explicit is not None
+        else ((Path(env), " (named by $DOCKERARCH_REGISTRY_CONFIG)") if env else (None, ""))
+    )
+    if given is not None:
+        if given.is_dir():
+            raise ConfigError(
+                f"{given}{how} is a directory, not a registry configuration file",
+                fix=f"Name the file itself, e.g. {given / REGISTRY_FILE}.",
+            )
+        if not given.is_file():
+            raise ConfigError(f"{given}{how} does not exist", fix="Name an existing registry.yaml.")
+        return given
     local = Path.cwd() / REGISTRY_FILE
     return local if local.is_file() else None
 
@@ -137,6 +156,12 @@ def parse_registry_config(path: Path) -> RegistryConfig:
         raise ConfigError(
             f"'registry.address' in {path} is {address!r}, not HOST or HOST:PORT",
             fix="Write it like 127.0.0.1:5000.",
+        )
+    port = address.rpartition(":")[2] if ":" in address else None
+    if port is not None and not 0 < int(port) <= 65535:
+        raise ConfigError(
+            f"'registry.address' in {path} has port {port}, which no TCP port is (1-65535)",
+            fix="Write the port the registry listens on, like 127.0.0.1:5000.",
         )
     insecure = section.get("insecure", defaults.insecure)
     if not isinstance(insecure, bool):

@@ -44,6 +44,8 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("registry:\n  cache: yes please\n", "'registry.cache' in"),
         ("registry: [1, 2]\n", "must be a mapping"),
         ("registry:\n  address: [\n", ":3 is not valid YAML"),
+        ("registry:\n  address: 127.0.0.1:70000\n", "has port 70000, which no TCP port is"),
+        ("registry:\n  address: 127.0.0.1:0\n", "has port 0, which no TCP port is"),
     ],
 )
 def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None:
@@ -53,6 +55,30 @@ def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None
         load_registry_config(path)
     assert message in caught.value.message
     assert str(path) in caught.value.message
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "registry.yaml"
+    path.write_bytes(b"registry:\n  address: caf\xe9:5000\n")  # Latin-1
+    with pytest.raises(ConfigError) as caught:
+        load_registry_config(path)
+    assert caught.value.problem == (
+        f"{path} is not UTF-8 text: byte 0xe9 on line 2 is not valid UTF-8"
+    )
+    assert "UTF-8" in (caught.value.fix or "")
+
+
+def test_the_environment_naming_a_directory_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKERARCH_REGISTRY_CONFIG", str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        load_registry_config()
+    assert caught.value.problem == (
+        f"{tmp_path} (named by $DOCKERARCH_REGISTRY_CONFIG) is a directory, not a registry "
+        "configuration file"
+    )
+    assert str(tmp_path / "registry.yaml") in (caught.value.fix or "")
 
 
 def test_missing_explicit_file(tmp_path: Path) -> None:

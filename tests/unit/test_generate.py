@@ -286,6 +286,9 @@ def test_options_and_versions_change_the_output() -> None:
     )
     noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
+    # the runtime image (and so the smoke test) has the library an OpenBLAS numpy links
+    assert "libopenblas0" in _render("numpy", "debian-aarch64").split(" AS runtime\n")[1]
+    assert "libopenblas0" not in noblas
 
 
 def test_torch_from_debians_source_package() -> None:
