@@ -66,6 +66,12 @@ class ToolMissingError(DockerarchError):
     exit_code = 5
 
 
+class OutputError(DockerarchError):
+    """A result cannot be written where the user asked (sysexits' EX_CANTCREAT)."""
+
+    exit_code = 73
+
+
 class CommandFailedError(DockerarchError):
     """An external command ran and failed."""
 

@@ -11,18 +11,29 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dockerarch.errors import DockerarchError
+from dockerarch.errors import OutputError
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
     directory = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OutputError(
+            f"Cannot write {path}: it is a directory",
+            fix=f"Name a file, e.g. {path / 'Dockerfile'}.",
+        )
     if not directory.is_dir():
-        raise DockerarchError(
+        raise OutputError(
             f"Cannot write {path}: the directory {directory} does not exist",
             fix="Create it first, or choose another path.",
         )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(
+            f"Cannot write {path}: {exc.strerror or exc} in {directory}",
+            fix="Choose a path in a directory you can write to.",
+        ) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -105,3 +116,20 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def ensure_writable_dir(directory: Path, what: str) -> None:
+    """Create ``directory`` (and its parents) if needed and check that files can be made in it;
+    ``what`` names it for the user (``--out``, ``DEST's directory``)."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(
+            f"{what} {directory} is a file, not a directory", fix="Choose a directory."
+        )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise OutputError(
+            f"Cannot write into {what} {directory}: {exc.strerror or exc}",
+            fix="Choose a directory you can write to.",
+        ) from exc

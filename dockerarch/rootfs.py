@@ -31,7 +31,7 @@ from typing import IO
 
 from dockerarch import __version__, engine, paths, process
 from dockerarch.errors import DockerarchError, UsageError
-from dockerarch.files import replace_dir, sha256_file, write_atomic
+from dockerarch.files import ensure_writable_dir, replace_dir, sha256_file, write_atomic
 from dockerarch.layers import CAPABILITY, Entry, LayerWriter
 
 Say = Callable[[str], None]
@@ -107,6 +107,7 @@ def check_replaceable(dest: Path, force: bool) -> None:
         raise UsageError(
             f"{dest.parent} does not exist", fix="Create it first, or choose another DEST."
         )
+    ensure_writable_dir(dest.parent, "DEST's directory")  # the tree is made beside it first
     if os.path.lexists(dest):
         if dest.is_symlink():
             raise UsageError(

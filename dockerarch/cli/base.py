@@ -158,7 +158,16 @@ def import_img(
     from dockerarch.config import load_registry_config
     from dockerarch.targets import load_targets, select_targets
 
-    (board,) = select_targets(load_targets(), arch=None, target=target)
+    boards = select_targets(load_targets(), arch=None, target=target)
+    if len(boards) != 1:
+        from dockerarch.errors import UsageError
+
+        raise UsageError(
+            f"base import-img makes the base of one target, not {len(boards)} ({target})",
+            fix="Give one --target, the board the SD-card image is for: import it once per "
+            "target if several boards share it.",
+        )
+    (board,) = boards
     registry = load_registry_config().address if push else None
     progress = _progress(board.name)
     request = base.make_image_import(board, image, partition=partition, tag=tag, progress=progress)

@@ -12,6 +12,7 @@ from dockerarch.cli.output import columns
 
 if TYPE_CHECKING:
     from dockerarch.build import JobResult
+    from dockerarch.render import RenderRequest
 
 
 def build(
@@ -109,6 +110,9 @@ def build(
         recipe, arch=arch, target=target, version=version, package=package,
         settings=parse_set(settings or []), source=source,
     )  # fmt: skip
+    from dockerarch.files import ensure_writable_dir
+
+    ensure_writable_dir(out, "--out")  # before any base is bootstrapped or step is run
     engine.daemon_info()  # fail early and clearly when no engine answers
     if builder is not None and builder != "local":
         from dockerarch.builders import check_forced
@@ -124,8 +128,7 @@ def build(
     )  # fmt: skip
     from dockerarch.progress import Board
 
-    names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
-    typer.echo(f"building {requests[0].recipe.name} {requests[0].version} for {names}", err=True)
+    typer.echo(announcement(requests), err=True)
     with Board(r.target.name for r in requests) as board:
         results = build_module.run_jobs(requests, options, board)
     typer.echo(summary(results), err=True)
@@ -190,3 +193,12 @@ def parse_use(pairs: list[str]) -> dict[str, Path]:
             )
         found[name.strip()] = Path(value.strip()).expanduser()
     return found
+
+
+def announcement(requests: list[RenderRequest]) -> str:
+    """The line a build starts with: what it makes (for the wheel recipe, the package), which
+    version, for which targets."""
+    names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
+    first = requests[0]
+    what = first.package.dist_name if first.package else first.recipe.name
+    return f"building {what} {first.version} for {names}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -74,6 +75,8 @@ def export_rootfs(
     if len(boards) != 1:
         raise UsageError("export-rootfs exports for one target", fix="Give one --target or --arch.")
     board = boards[0]
+    if dest is not None:  # before the engine is asked anything
+        rootfs.check_replaceable(Path(os.path.abspath(dest)), force)
     engine.daemon_info()
     if recipe is not None:
         from dockerarch.publish import find_built

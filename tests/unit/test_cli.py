@@ -94,3 +94,50 @@ def test_unknown_key_in_registry_yaml_is_rejected_with_its_path(
     assert "Unknown key 'registry.adress'" in err
     assert "Did you mean 'address'?" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "numpy", "--arch", "armv7", "-o", "{tmp}"],
+         "Cannot write {tmp}: it is a directory. Name a file, e.g. {tmp}/Dockerfile."),
+        (["generate", "numpy", "--arch", "armv7", "-o", "/proc/dockerarch-test/Dockerfile"],
+         "Cannot write /proc/dockerarch-test/Dockerfile: the directory /proc/dockerarch-test does not exist"),
+        (["build", "numpy", "--arch", "armv7", "--out", "{tmp}/file"],
+         "--out {tmp}/file is a file, not a directory"),
+        (["build", "numpy", "--arch", "armv7", "--out", "/proc/dockerarch-test"],
+         "Cannot write into --out /proc/dockerarch-test:"),
+        (["export-rootfs", "--image", "x:1", "--target", "debian-armv7", "/proc/dockerarch-test"],
+         "Cannot write into DEST's directory /proc:"),
+    ],
+)  # fmt: skip
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    code, _, err = run([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 73, err
+    assert message.replace("{tmp}", str(tmp_path)) in " ".join(err.split())
+    assert "Traceback" not in err
+
+
+def test_a_wheel_build_is_announced_by_its_packages_name() -> None:
+    from dockerarch.cli.build import announcement
+    from dockerarch.render import plan
+
+    wheel = plan("wheel", arch="armv7", target=None, version=None, package="msgpack==1.1.0",
+                 settings={})  # fmt: skip
+    assert announcement(wheel) == "building msgpack 1.1.0 for debian-armv7 (linux/arm/v7)"
+    torch = plan("torch", arch=None, target="rpi3", version="2.6.0", package=None, settings={})
+    assert announcement(torch).startswith("building torch 2.6.0 for rpi3 (linux/arm/v7)")
+
+
+def test_import_img_makes_the_base_of_one_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["base", "import-img", str(tmp_path / "x.img"), "--target", "rpi3,pynq-z1"],
+                       capsys)  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    assert "base import-img makes the base of one target, not 2 (rpi3,pynq-z1)" in " ".join(
+        err.split()
+    )
