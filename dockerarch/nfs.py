@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dockerarch import process
-from dockerarch.errors import CommandFailedError, UsageError
+from dockerarch.errors import CommandFailedError, ConfigError, UsageError
 from dockerarch.files import write_atomic
 
 GANESHA = "ganesha.nfsd"
@@ -53,10 +53,23 @@ def _records() -> Path:
 
 
 def load() -> list[Export]:
+    """What dockerarch serves, as it recorded it; a record it cannot read is a configuration
+    error naming the file (it is never rewritten from a guess)."""
+    path = _records()
     try:
-        return [Export(**e) for e in json.loads(_records().read_text())]
+        records = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(records, list):
+            raise TypeError(f"a list of exports, not {type(records).__name__}")
+        return [Export(**e) for e in records]
     except FileNotFoundError:
         return []
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"dockerarch's record of its NFS exports, {path}, cannot be read: {exc}",
+            fix="If nothing is served (no ganesha.nfsd runs, /etc/exports.d has no dockerarch "
+            f"file), remove {path} and serve again; otherwise fix it by hand: it is a JSON list "
+            "of exports (path, client, server, netns, nfs3, since).",
+        ) from exc
 
 
 def _save(exports: list[Export]) -> None:

@@ -48,15 +48,42 @@ class LocalSource:
 
 
 def _archive_names(path: Path) -> list[str]:
+    """The archive's member names, normalised (``./a/b`` is ``a/b``), once every member is known
+    to land inside the tree: no absolute path, no ``..``, no link pointing out, no device."""
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as archive:
-                return archive.namelist()
-        with tarfile.open(path) as archive:
-            return archive.getnames()
+                raw = archive.namelist()
+                for name in raw:
+                    pure = PurePosixPath(name)
+                    if pure.is_absolute() or ".." in pure.parts:
+                        _outside(path, name, "its path leaves the tree")
+        else:
+            with tarfile.open(path) as archive:
+                members = archive.getmembers()
+                for member in members:
+                    if PurePosixPath(member.name).is_absolute():
+                        _outside(path, member.name, "an absolute path")
+                    try:  # the checks extraction applies (filter="data"), before any work
+                        tarfile.data_filter(member, _CHECK_ROOT)
+                    except tarfile.FilterError as exc:
+                        _outside(path, member.name, str(exc))
+                raw = [m.name for m in members]
     except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
         raise UsageError(f"--source {path} is not a readable archive: {exc}",
                          fix="Give a .tar.gz, .tar.xz or .zip of the source, or a directory.") from exc  # fmt: skip
+    return [str(PurePosixPath(n)) for n in raw if PurePosixPath(n).parts]
+
+
+_CHECK_ROOT = "/dockerarch-source-check"  # a destination that need not exist, for data_filter
+
+
+def _outside(path: Path, name: str, why: str) -> None:
+    raise UsageError(
+        f"--source {path} has a member that would land outside the source tree: {name} ({why})",
+        fix="Use the project's own release archive or a checkout; dockerarch unpacks nothing "
+        "from an archive that reaches outside its root.",
+    )
 
 
 def _git_commit(path: Path) -> str | None:
@@ -88,7 +115,7 @@ def check_source(text: str, recipe: Recipe) -> LocalSource:
     if not path.name.endswith(ARCHIVES):
         raise UsageError(f"--source {path} is neither a directory nor an archive ({', '.join(ARCHIVES)})",
                          fix="Give a checkout or a source archive.")  # fmt: skip
-    names = [n.lstrip("./") for n in _archive_names(path)]
+    names = _archive_names(path)
     tops = {n.split("/", 1)[0] for n in names if n}
     top = next(iter(tops)) if len(tops) == 1 and any("/" in n for n in names) else ""
     inside = {n[len(top) + 1 :] if top else n for n in names}

@@ -62,9 +62,68 @@ def test_bad_archives_are_refused(tmp_path: Path) -> None:
     with zipfile.ZipFile(evil, "w") as archive:
         archive.writestr("setup.py", "")
         archive.writestr("../escape", "x")
-    found = check_source(str(evil), recipe)
-    work = tmp_path / "work"
-    work.mkdir()
-    with pytest.raises(UsageError, match="outside its root"):
-        context_dir(found, work)
+    with pytest.raises(UsageError, match=r"would land outside the source tree: \.\./escape"):
+        check_source(str(evil), recipe)  # refused before any work, not when unpacked
     assert not (tmp_path / "escape").exists()
+
+
+def _tar_with(path: Path, member: tarfile.TarInfo) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        info = tarfile.TarInfo("src/setup.py")
+        archive.addfile(info, io.BytesIO(b""))
+        archive.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        (_member("src/../../escape"), "src/../../escape"),
+        (_member("/etc/cron.d/x"), "/etc/cron.d/x"),
+        (_member("src/up", tarfile.SYMTYPE, "../../../etc"), "src/up"),
+        (_member("src/abs", tarfile.SYMTYPE, "/etc/passwd"), "src/abs"),
+        (_member("src/hard", tarfile.LNKTYPE, "../../etc/passwd"), "src/hard"),
+        (_member("src/dev", tarfile.CHRTYPE), "src/dev"),
+    ],
+)
+def test_an_archive_reaching_outside_its_tree_is_refused_by_the_check(
+    tmp_path: Path, member: tarfile.TarInfo, why: str
+) -> None:
+    archive = _tar_with(tmp_path / "src.tar.gz", member)
+    with pytest.raises(UsageError) as caught:
+        check_source(str(archive), load_recipes()["torch"])
+    assert f"would land outside the source tree: {why} (" in caught.value.problem
+
+
+def test_a_link_inside_the_tree_is_fine(tmp_path: Path) -> None:
+    archive = _tar_with(
+        tmp_path / "src.tar.gz", _member("src/alias.py", tarfile.SYMTYPE, "setup.py")
+    )
+    assert check_source(str(archive), load_recipes()["torch"]).top == "src"
+
+
+def test_dotted_names_keep_their_dot(tmp_path: Path) -> None:
+    """./.setup.py is the hidden file .setup.py, not the marker setup.py."""
+    recipe = load_recipes()["torch"]
+    hidden = _tar(tmp_path / "hidden.tar.gz", {"./.setup.py": b"", "./torch/x.py": b""})
+    with pytest.raises(UsageError, match=r"holds no setup\.py at its root"):
+        check_source(str(hidden), recipe)
+    dotted = _tar(tmp_path / "dotted.tar.gz", {"./setup.py": b"", "./torch/x.py": b""})
+    assert check_source(str(dotted), recipe).top == ""
+
+
+def test_generate_refuses_an_archive_reaching_outside_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .cli import run
+
+    archive = _tar_with(tmp_path / "src.tar.gz", _member("src/../../escape"))
+    code, out, err = run(["generate", "torch", "--arch", "armv7", "--source", str(archive)], capsys)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "would land outside the source tree" in " ".join(err.split())
