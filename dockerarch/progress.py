@@ -133,5 +133,7 @@ class Board:
     def end(self, name: str, words: str) -> None:
         """The job is over: its clock stops and its line says how it ended."""
         with self._lock:
-            self._ended.setdefault(name, time.monotonic())
+            now = time.monotonic()
+            self._since.setdefault(name, now)  # a job that ends before it said anything: 0:00
+            self._ended.setdefault(name, now)
         self.step(name, words)

@@ -138,3 +138,12 @@ def test_without_a_terminal_a_second_count_in_the_same_step_is_shown_from_its_st
     assert "compiling torch with setup.py [1/1326]" in lines
     assert "compiling torch with setup.py [133/1326]" in lines  # its first tenth
     assert len([line for line in lines if line.endswith("/1326]")]) == 11
+
+
+def test_a_job_that_fails_before_it_starts_shows_no_negative_time() -> None:
+    board, stream = _plain()
+    with board:
+        board.end("debian-armv7", "failed")  # refused before its first step
+    line = next(x for x in stream.getvalue().splitlines() if x.split()[0] == "debian-armv7")
+    assert line.split()[1] == "0:00" and "-" not in line.split()[1], line
+    assert board._elapsed("debian-armv7") >= 0
