@@ -11,8 +11,10 @@ boards, klibc's nfsmount) also needs rpcbind, which always binds 0.0.0.0: ``--nf
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -155,26 +157,47 @@ def _answers(port: int = 2049) -> bool:
 
 
 def _restart_ganesha(exports: list[Export], netns: int) -> None:
-    """(Re)start this namespace's ganesha with ``exports``; stop it when there are none."""
+    """(Re)start this namespace's ganesha with ``exports``; stop it when there are none.
+
+    Everything that can be known before is checked before the running server is stopped (the
+    program is there, the configuration renders); a new configuration ganesha will not serve
+    is rolled back: the exports served before are served again, then the failure is told."""
     folder = _ganesha_dir(netns)
     pidfile = folder / "ganesha.pid"
+    conf = folder / "ganesha.conf"
+    text = ganesha_config(exports, folder / "recovery") if exports else None
+    if exports:
+        process.which(GANESHA, hint=HINT)  # missing: said before anything is stopped or written
     running = _pid(pidfile)
+    previous = conf.read_text() if running is not None and conf.is_file() else None
     if running is not None:
         _stop_pid(running)  # ganesha first: it unregisters from rpcbind as it goes
     ours = _pid(folder / "rpcbind.pid")
     if ours is not None and not any(e.nfs3 for e in exports):
         _stop_pid(ours)
         (folder / "rpcbind.pid").unlink(missing_ok=True)
-    if not exports:
+    if text is None:
         return
-    process.which(GANESHA, hint=HINT)  # missing: said before anything is stopped or written
     folder.mkdir(parents=True, exist_ok=True)
     if any(e.nfs3 for e in exports):
         _ensure_rpcbind(folder)
     (folder / "recovery").mkdir(exist_ok=True)
-    conf = folder / "ganesha.conf"
-    write_atomic(conf, ganesha_config(exports, folder / "recovery").encode())
-    log = folder / "ganesha.log"
+    try:
+        _start_ganesha(folder, text)
+    except CommandFailedError as failed:
+        if previous is None:
+            raise
+        try:
+            _start_ganesha(folder, previous)
+        except CommandFailedError:
+            raise failed from None
+        failed.problem += " (the exports served before are served again)"
+        raise
+
+
+def _start_ganesha(folder: Path, text: str) -> None:
+    conf, log, pidfile = folder / "ganesha.conf", folder / "ganesha.log", folder / "ganesha.pid"
+    write_atomic(conf, text.encode())
     pidfile.unlink(missing_ok=True)
     process.spawn(
         [GANESHA, "-F", "-f", str(conf), "-L", str(log), "-p", str(pidfile), "-N", "NIV_EVENT"],
@@ -208,8 +231,24 @@ def _ensure_rpcbind(folder: Path) -> None:
                              fix="Check that nothing else holds port 111 here.")  # fmt: skip
 
 
+def check_client(client: str) -> None:
+    """``client`` is who may mount an export: a network (CIDR), an address, a host name or *."""
+    if client == "*":
+        return
+    try:
+        ipaddress.ip_network(client, strict=False)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", client):
+            raise UsageError(
+                f"--client {client!r} is not a network (CIDR), a host name or *",
+                fix="Give the boards' network, like --client 192.168.1.0/24.",
+            ) from None
+
+
 def serve(path: Path, *, client: str = "*", nfs3: bool = False) -> Export:
-    """Export ``path`` read-write to ``client``; recorded, so ``stop`` and ``ls`` know it."""
+    """Export ``path`` read-write to ``client``; recorded, so ``stop`` and ``ls`` know it.
+    Nothing already served is touched until the new export is known to be well-formed."""
+    check_client(client)
     path = path.resolve()
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory", fix="Export a tree export-rootfs wrote.")

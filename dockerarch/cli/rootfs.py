@@ -75,7 +75,10 @@ def export_rootfs(
     if len(boards) != 1:
         raise UsageError("export-rootfs exports for one target", fix="Give one --target or --arch.")
     board = boards[0]
-    if dest is not None:  # before the engine is asked anything
+    options = rootfs.ExportOptions(client=client, server=server, hostname=hostname, force=force,
+                                   caps_as_setuid=caps_as_setuid)  # fmt: skip
+    options.check()  # all of it before the engine is asked anything
+    if dest is not None:
         rootfs.check_replaceable(Path(os.path.abspath(dest)), force)
     engine.daemon_info()
     if recipe is not None:
@@ -96,8 +99,6 @@ def export_rootfs(
             raise UsageError(f"{image} is a {platform} image, not {board.platform} ({board.name})",
                              fix="Export an image of the target's platform.")  # fmt: skip
         ref = image
-    options = rootfs.ExportOptions(client=client, server=server, hostname=hostname, force=force,
-                                   caps_as_setuid=caps_as_setuid)  # fmt: skip
     if tarball is not None:
         done = rootfs.write_tarball(ref, tarball.absolute(), options, say=_say)
     else:
