@@ -85,6 +85,41 @@ def test_wheel_carries_recipes_toolchain_and_defaults(wheel: Path) -> None:
         assert f"dockerarch/_builtin/contexts/{recipe.name}/recipe.yaml" in names
 
 
+def test_every_module_the_wheel_imports_is_a_declared_dependency(wheel: Path) -> None:
+    """Each third-party module dockerarch's code imports (parsed from the wheel's own .py
+    files) is provided by a distribution its metadata requires, with a floor."""
+    import ast
+    import re
+    from importlib.metadata import packages_distributions
+
+    with zipfile.ZipFile(wheel) as archive:
+        sources = [archive.read(n) for n in archive.namelist()
+                   if n.startswith("dockerarch/") and n.endswith(".py")]  # fmt: skip
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(meta).decode()
+    imported = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = sorted(imported - set(sys.stdlib_module_names) - {"dockerarch", "__future__"})
+    required = {
+        re.split(r"[ ;<>=!~\[(]", line.removeprefix("Requires-Dist: "), maxsplit=1)[0].lower()
+        .replace("_", "-"): line
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ") and "extra ==" not in line
+    }  # fmt: skip
+    providers = packages_distributions()
+    assert third_party, "no imports found: the wheel's sources were not read"
+    for module in third_party:
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
+        declared = [required[d] for d in dists if d in required]
+        assert declared, f"{module} is imported but no distribution of it is required: {dists}"
+        assert ">=" in declared[0], declared[0]
+
+
 def test_installed_wheel_runs_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
     where = subprocess.run(
         [str(installed / "bin" / "python"), "-c", "import dockerarch; print(dockerarch.__file__)"],
