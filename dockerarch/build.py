@@ -34,6 +34,13 @@ _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
 # cmake's Makefiles, as buildx shows them ("#19 12.34 [412/1217] ...").
 _COUNT = re.compile(r"^#\d+ [\d.]+ \s*\[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
 TAIL_LINES = 30
+# BuildKit stops passing on a step's output past its log limits (2 MiB, 100 KiB/s by default).
+_CLIPPED = re.compile(r"^#\d+ [\d.]+ \[output clipped, log limit .* reached\]")
+CLIPPED_NOTE = (
+    "the engine clipped this step's log (BuildKit's step log limit): its progress and any "
+    "error it prints are lost from here; scripts/setup-host --stop, then scripts/setup-host, "
+    "restarts dockerd without the limit"
+)
 
 
 class Progress(Protocol):
@@ -438,6 +445,7 @@ class Job:
         subject = result_name(self.request).rsplit("-", 1)[0]
         log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
         started = time.monotonic()
+        clipped = False
         try:
             for chunk in engine.build_lines(spec):
                 for line in chunk.splitlines():
@@ -447,8 +455,17 @@ class Job:
                     elif (count := tracker.count(line)) is not None:
                         self.progress.count(self.target.name, steps.describe(
                             tracker.current, subject=subject), *count)  # fmt: skip
+                    elif _CLIPPED.search(line) and not clipped:
+                        clipped = True
+                        self.say(CLIPPED_NOTE)
         except engine.BuildFailed as exc:
             log.flush()
+            if tracker.failed is None:  # no step failed: buildx itself was stopped
+                raise BuildStopped(
+                    self.target.name,
+                    steps.describe(tracker.current, subject=subject),
+                    exc.return_code,
+                ) from exc
             title, tail = tracker.failure_report()
             raise BuildStepFailed(self.target.name, title, tail) from exc
         # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
@@ -486,6 +503,23 @@ class BuildStepFailed(EngineError):
         super().__init__(f"{target}: the build failed at {step}")
         self.step = step
         self.tail = tail
+
+
+class BuildStopped(EngineError):
+    """buildx ended with no step failing: it was killed, or lost its engine."""
+
+    exit_code = 6
+
+    def __init__(self, target: str, doing: str, code: int | None) -> None:
+        how = (
+            f"was killed (signal {-code})" if code is not None and code < 0
+            else f"ended with exit code {code}" if code is not None else "ended"
+        )  # fmt: skip
+        super().__init__(
+            f"{target}: docker buildx {how} while {doing}, with no build step failing",
+            fix="Run the same command again: finished steps are cached and compiled objects are "
+            "in the compiler cache, so the build continues where it stopped.",
+        )
 
 
 class SmokeFailed(DockerarchError):

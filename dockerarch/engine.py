@@ -322,11 +322,18 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
             raise EngineError("docker buildx build gave no progress to follow")
         yield from lines
     except DockerException as exc:
-        raise BuildFailed(f"docker buildx build exited with code {exc.return_code}") from exc
+        raise BuildFailed(
+            f"docker buildx build exited with code {exc.return_code}", return_code=exc.return_code
+        ) from exc
 
 
 class BuildFailed(EngineError):
-    """A build step failed; the caller has the log and reports the failing step."""
+    """buildx ended in failure: a step failed (the caller has the log and reports the failing
+    step), or buildx itself was stopped (``return_code``: negative for a signal)."""
+
+    def __init__(self, problem: str, *, return_code: int | None = None) -> None:
+        super().__init__(problem)
+        self.return_code = return_code
 
 
 def run_in_image(

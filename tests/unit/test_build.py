@@ -171,3 +171,16 @@ def test_the_engines_own_platform_builds_natively_on_it(monkeypatch: pytest.Monk
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     route = builders.route("linux/amd64", forced=None, fallback_qemu=False)
     assert (route.builder, route.accel, route.context) == ("local", "native", None)
+
+
+@pytest.mark.parametrize(
+    ("line", "clipped"),
+    [
+        ("#25 3152.7 [output clipped, log limit 2MiB reached]", True),
+        ("#9 0.087 [output clipped, log limit 100KiB/s reached]", True),
+        ("#25 3152.7 [606/1326] /usr/lib/dockerarch/bin/arm-linux-gnueabihf-g++ -c x.cpp", False),
+        ("#25 1.0 echo '[output clipped, log limit 2MiB reached]'", False),
+    ],
+)
+def test_a_step_log_the_engine_clipped_is_recognised(line: str, clipped: bool) -> None:
+    assert bool(build._CLIPPED.search(line)) is clipped
