@@ -182,6 +182,8 @@ def test_a_build_stopped_half_way_compiles_only_the_rest_when_run_again(
     assert f"ccache: {hybrid['ccache_hits']} of" in " ".join(again.stderr.split())
     assert data["smoke"] == "units 48 1"
 
+    if stop != "sigkill":
+        return  # one uninterrupted build to compare with is enough: the most abrupt stop's
     # The same files, symbols and sections as a build that was never stopped (no ccache).
     whole = project / "whole"
     done = dockerarch("build", "many", "--arch", "armv7", "--no-ccache", "--out", str(whole),
