@@ -51,7 +51,7 @@ def test_cmake_trees_ask_for_their_own_cmake(tmp_path: Path, line: str, wanted: 
 
 
 def test_a_tree_of_neither_and_a_bad_constraint_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="neither meson.build nor CMakeLists.txt"):
+    with pytest.raises(SystemExit, match=r"neither meson\.build nor CMakeLists\.txt"):
         tool.decide(tmp_path, BOOKWORM)
     (tmp_path / "meson.build").write_text("project('v', meson_version : 'new enough')\n")
     with pytest.raises(SystemExit, match="is not a version constraint"):
