@@ -119,17 +119,19 @@ def _alive(pid: int) -> bool:
 
 
 def ensure_writable_dir(directory: Path, what: str) -> None:
-    """Create ``directory`` (and its parents) if needed and check that files can be made in it;
-    ``what`` names it for the user (``--out``, ``DEST's directory``)."""
-    if directory.exists() and not directory.is_dir():
-        raise OutputError(
-            f"{what} {directory} is a file, not a directory", fix="Choose a directory."
-        )
+    """Check, before any work, that ``directory`` can be made (if missing) and written to;
+    ``what`` names it for the user (``--out``, ``DEST's directory``). Nothing is created: a
+    build that fails leaves no empty output directory behind."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        shown = directory if existing == directory else f"{directory} ({existing})"
+        raise OutputError(f"{what} {shown} is a file, not a directory", fix="Choose a directory.")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=directory).close()
+        tempfile.TemporaryFile(dir=existing).close()
     except OSError as exc:
         raise OutputError(
-            f"Cannot write into {what} {directory}: {exc.strerror or exc}",
+            f"Cannot write into {what} {directory}: {exc.strerror or exc} in {existing}",
             fix="Choose a directory you can write to.",
         ) from exc

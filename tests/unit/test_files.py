@@ -4,7 +4,10 @@ import os
 import time
 from pathlib import Path
 
-from dockerarch.files import OWNER, abandoned_work_dirs, make_work_dir
+import pytest
+
+from dockerarch.errors import OutputError
+from dockerarch.files import OWNER, abandoned_work_dirs, ensure_writable_dir, make_work_dir
 
 
 def _dead_pid() -> int:
@@ -45,3 +48,16 @@ def test_an_unclaimed_directory_is_abandoned_only_once_its_owner_had_time_to_cla
     old = time.time() - 3600
     os.utime(fresh, (old, old))
     assert abandoned_work_dirs(tmp_path, "x-1") == [fresh]
+
+
+def test_checking_an_output_directory_creates_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "dist" / "armv7"
+    ensure_writable_dir(out, "--out")
+    assert not (tmp_path / "dist").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_directory_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "dist").write_text("not a directory")
+    with pytest.raises(OutputError, match="is a file, not a directory"):
+        ensure_writable_dir(tmp_path / "dist" / "armv7", "--out")
