@@ -134,6 +134,49 @@ def parse_package_spec(text: str) -> PackageSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchTarget:
+    """``arch_targets`` in recipe.yaml: the target ``--arch A`` means for this recipe, and why
+    (said when a build starts)."""
+
+    target: str
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal:
+    """``refuse`` in recipe.yaml: a combination known not to build or not to run, refused before
+    any work, with the reason and the way out. Every condition given must hold."""
+
+    why: str
+    fix: str
+    arches: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()  # fnmatch patterns of target names
+    versions: str | None = None  # a PEP 440 specifier set: "<2.6"
+    glibc: str | None = None  # the target's glibc, as a specifier set: "<2.41"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def applies(self, target: BoardTarget, version: str, options: Mapping[str, str]) -> bool:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        def within(spec: str | None, value: str) -> bool:
+            if spec is None:
+                return True
+            try:
+                return Version(value) in SpecifierSet(spec, prereleases=True)
+            except InvalidVersion:  # "master", a commit: no rule about numbers holds
+                return False
+
+        return (
+            (not self.arches or target.arch.name in self.arches)
+            and (not self.targets or any(fnmatch.fnmatchcase(target.name, t) for t in self.targets))
+            and all(options.get(k) == v for k, v in self.options.items())
+            and within(self.versions, version)
+            and within(self.glibc, target.glibc)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     name: str
     description: str
@@ -162,6 +205,11 @@ class Recipe:
     # Named build contexts from other recipes' results: name -> result directory pattern under
     # OUT/<target>/, with {OPTION} replaced ("torch-wheels": "torch-{TORCH_VERSION}").
     uses: Mapping[str, str] = field(default_factory=dict)
+    # --arch A builds for this target rather than the arch's default (torch for armv7: trixie).
+    arch_targets: Mapping[str, ArchTarget] = field(default_factory=dict)
+    # Option defaults by target name (fnmatch patterns), after per_version's, before --set.
+    per_target: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    refusals: tuple[Refusal, ...] = ()
 
     def supports(self, target: BoardTarget) -> bool:
         if target.arch.name not in self.arches:
@@ -196,12 +244,18 @@ class Recipe:
             )
         return version
 
-    def resolve_options(self, version: str, overrides: Mapping[str, str]) -> dict[str, str]:
-        """Defaults, then the defaults for this version, then --set, each checked."""
+    def resolve_options(
+        self, version: str, overrides: Mapping[str, str], target: BoardTarget | None = None
+    ) -> dict[str, str]:
+        """Defaults, then the defaults for this version, then for this target, then --set, each
+        checked."""
         values = {name: opt.default for name, opt in self.options.items()}
         for key in sorted(self.per_version):
             if fnmatch.fnmatchcase(version, key):
                 values.update(self.per_version[key])
+        for key in sorted(self.per_target):
+            if target is not None and fnmatch.fnmatchcase(target.name, key):
+                values.update(self.per_target[key])
         for key, value in overrides.items():
             if key not in self.options:
                 raise UsageError(
@@ -210,6 +264,18 @@ class Recipe:
                 )
             values[key] = value
         return {key: self.options[key].check(values[key], self.name) for key in sorted(values)}
+
+    def check_combination(
+        self, target: BoardTarget, version: str, options: Mapping[str, str]
+    ) -> None:
+        """Refuse what this recipe's ``refuse`` rules know will not build or run."""
+        for rule in self.refusals:
+            if rule.applies(target, version, options):
+                raise UsageError(
+                    f"{self.name} {version} for {target.name} ({target.distro} {target.suite}, "
+                    f"glibc {target.glibc}): {rule.why}",
+                    fix=rule.fix,
+                )
 
 
 def parse_set(pairs: Sequence[str]) -> dict[str, str]:
@@ -228,7 +294,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
     "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers", "uses",
-    "native_python",
+    "native_python", "arch_targets", "per_target", "refuse",
 )  # fmt: skip
 _CONTEXT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
@@ -268,6 +334,63 @@ def _uses(value: Any, options: Mapping[str, RecipeOption], source: Path) -> dict
     return uses
 
 
+def _arch_targets(value: Any, source: Path) -> dict[str, ArchTarget]:
+    found: dict[str, ArchTarget] = {}
+    for arch, raw in require_mapping(value, "arch_targets", source).items():
+        where = f"arch_targets.{arch}"
+        if arch not in BUILD_ARCHES:
+            raise ConfigError(f"'{where}' in {source}: valid arches are {', '.join(BUILD_ARCHES)}")
+        body = require_mapping(raw, where, source)
+        reject_unknown(body, ["target", "why"], where, source)
+        if not body.get("target") or not str(body.get("why", "")).strip():
+            raise ConfigError(f"'{where}' in {source} needs a target and, in a sentence, why")
+        found[str(arch)] = ArchTarget(target=str(body["target"]), why=str(body["why"]).strip())
+    return found
+
+
+def _specifier(value: Any, where: str, source: Path) -> str | None:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if value is None:
+        return None
+    try:
+        SpecifierSet(str(value))
+    except InvalidSpecifier as exc:
+        raise ConfigError(
+            f"'{where}' in {source} is not a version specifier ('<2.6'): {exc}"
+        ) from exc
+    return str(value)
+
+
+def _refusals(value: Any, options: Mapping[str, RecipeOption], source: Path) -> tuple[Refusal, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(f"'refuse' in {source} must be a list of rules")
+    rules = []
+    for index, raw in enumerate(value):
+        where = f"refuse[{index}]"
+        body = require_mapping(raw, where, source)
+        reject_unknown(body, ["arches", "targets", "versions", "glibc", "options", "why", "fix"],
+                       where, source)  # fmt: skip
+        if not str(body.get("why", "")).strip() or not str(body.get("fix", "")).strip():
+            raise ConfigError(f"'{where}' in {source} needs why (the reason) and fix (the way out)")
+        wanted = require_mapping(body.get("options"), f"{where}.options", source)
+        reject_unknown(wanted, options, f"{where}.options", source)
+        rules.append(
+            Refusal(
+                why=str(body["why"]).strip(),
+                fix=str(body["fix"]).strip(),
+                arches=_strings(body.get("arches"), f"{where}.arches", source),
+                targets=_strings(body.get("targets"), f"{where}.targets", source),
+                versions=_specifier(body.get("versions"), f"{where}.versions", source),
+                glibc=_specifier(body.get("glibc"), f"{where}.glibc", source),
+                options={str(k): str(v) for k, v in wanted.items()},
+            )
+        )
+    return tuple(rules)
+
+
 def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Recipe:
     source = context / RECIPE_FILE
     top = require_mapping(load_yaml(source), "", source)
@@ -295,6 +418,11 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         body = require_mapping(raw, f"per_version.{key}", source)
         reject_unknown(body, options, f"per_version.{key}", source)
         per_version[str(key)] = {str(k): str(v) for k, v in body.items()}
+    per_target: dict[str, dict[str, str]] = {}
+    for key, raw in require_mapping(top.get("per_target"), "per_target", source).items():
+        body = require_mapping(raw, f"per_target.{key}", source)
+        reject_unknown(body, options, f"per_target.{key}", source)
+        per_target[str(key)] = {str(k): str(v) for k, v in body.items()}
     artifacts = _strings(top.get("artifacts"), "artifacts", source)
     for kind in artifacts:
         if kind not in ARTIFACT_KINDS:
@@ -362,6 +490,9 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         source_markers=_strings(top.get("source_markers"), "source_markers", source),
         uses=_uses(top.get("uses"), options, source),
         native_python=_native_python(top.get("native_python"), source),
+        arch_targets=_arch_targets(top.get("arch_targets"), source),
+        per_target=per_target,
+        refusals=_refusals(top.get("refuse"), options, source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

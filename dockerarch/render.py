@@ -40,6 +40,7 @@ class RenderRequest:
     package: PackageSpec | None = None
     toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
     source: LocalSource | None = None  # --source: the upstream tree from this machine
+    chosen_because: str | None = None  # the recipe picked this target for --arch: why
 
 
 def _finalize(value: Any) -> Any:
@@ -171,6 +172,13 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
     return text
 
 
+def _chosen_because(recipe: Recipe, board: BoardTarget, arch: str | None) -> str | None:
+    rule = recipe.arch_targets.get(board.arch.name)
+    if arch is None or rule is None or rule.target != board.name:
+        return None
+    return f"{recipe.name} for --arch {board.arch.name} builds for {board.name}: {rule.why}"
+
+
 def plan(
     recipe_name: str,
     *,
@@ -189,7 +197,8 @@ def plan(
     from dockerarch.targets import load_targets, select_targets
 
     recipe = find_recipe(load_recipes(), recipe_name)
-    chosen = select_targets(load_targets(), arch=arch, target=target)
+    for_arch = {name: rule.target for name, rule in recipe.arch_targets.items()}
+    chosen = select_targets(load_targets(), arch=arch, target=target, for_arch=for_arch)
     spec = None
     if recipe.needs_package:
         if package is None:
@@ -211,9 +220,11 @@ def plan(
                 fix="Only the 'wheel' recipe builds a named PyPI package; use --version here.",
             )
         resolved_version = recipe.check_version(version)
-    options = recipe.resolve_options(resolved_version, settings)
+    options = {board.name: recipe.resolve_options(resolved_version, settings, board)
+               for board in chosen}  # fmt: skip
     for board in chosen:
         recipe.check_target(board)
+        recipe.check_combination(board, resolved_version, options[board.name])
     local = None
     if source is not None:
         from dockerarch.sources import check_source
@@ -224,9 +235,10 @@ def plan(
             recipe=recipe,
             target=board,
             version=resolved_version,
-            options=options,
+            options=options[board.name],
             package=spec,
             source=local,
+            chosen_because=_chosen_because(recipe, board, arch),
         )
         for board in chosen
     ]

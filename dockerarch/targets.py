@@ -279,9 +279,14 @@ def find_target(targets: Mapping[str, BoardTarget], name: str) -> BoardTarget:
 
 
 def select_targets(
-    targets: Mapping[str, BoardTarget], *, arch: str | None, target: str | None
+    targets: Mapping[str, BoardTarget],
+    *,
+    arch: str | None,
+    target: str | None,
+    for_arch: Mapping[str, str] | None = None,
 ) -> list[BoardTarget]:
-    """The targets named by ``--target T`` or ``--arch A`` (each may be a comma list)."""
+    """The targets named by ``--target T`` or ``--arch A`` (each may be a comma list);
+    ``for_arch`` is a recipe's own choice of target for an arch (torch for armv7: trixie)."""
     if (arch is None) == (target is None):
         raise UsageError(
             "Give exactly one of --arch and --target",
@@ -294,7 +299,10 @@ def select_targets(
     else:
         assert arch is not None
         for a in (a.strip() for a in arch.split(",") if a.strip()):
-            chosen.append(find_target(targets, DEFAULT_TARGET_FOR_ARCH[resolve_arch(a).name]))
+            name = resolve_arch(a).name
+            chosen.append(
+                find_target(targets, (for_arch or {}).get(name) or DEFAULT_TARGET_FOR_ARCH[name])
+            )
     if not chosen:
         raise UsageError("No target given", fix="For example --arch armv7 or --target rpi3.")
     unique = list(dict.fromkeys(chosen))

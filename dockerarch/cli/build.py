@@ -201,4 +201,5 @@ def announcement(requests: list[RenderRequest]) -> str:
     names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
     first = requests[0]
     what = first.package.dist_name if first.package else first.recipe.name
-    return f"building {what} {first.version} for {names}"
+    why = [r.chosen_because for r in requests if r.chosen_because]
+    return "\n".join([f"building {what} {first.version} for {names}", *why])

@@ -57,6 +57,8 @@ def generate(
             fix="Run it once per target, e.g. --target debian-armv7, then --target debian-aarch64.",
         )
     text = render(accel_module.for_generate(requests[0], accel), paths.template_dirs())
+    if requests[0].chosen_because:
+        typer.echo(requests[0].chosen_because, err=True)
     if output is None:
         typer.echo(text, nl=False)
     else:

@@ -260,7 +260,7 @@ def test_every_required_combination_is_covered() -> None:
     [
         ("wheel-zstandard-debian-armv7", "wheel", "debian-armv7", "none"),
         ("wheel-zstandard-debian-armv7-hybrid", "wheel", "debian-armv7", "hybrid"),
-        ("torch-2.3.1-pynq-zu", "torch", "pynq-zu", "none"),
+        ("torch-2.6.0-pynq-zu", "torch", "pynq-zu", "none"),
         ("vaccel-0.7.1-pynq-z1", "vaccel", "pynq-z1", "none"),
         ("vaccel-0.7.1-pynq-z1-hybrid", "vaccel", "pynq-z1", "hybrid"),
         ("qpulib-master-rpi3", "qpulib", "rpi3", "none"),
@@ -298,22 +298,37 @@ def test_torch_from_debians_source_package() -> None:
     """SOURCE=debian: the target suite's source package, fetched natively in hybrid builds (the
     emulated stage only copies it) and in the build stage of plain ones; no git clone, and the
     distribution's libraries, since the tree has no third_party/."""
-    hybrid = _render("torch", "debian-armv7", settings={"SOURCE": "debian"})
+    hybrid = _render("torch", "trixie-armv7")  # Debian 13 targets take Debian's source
     sources, build = hybrid.split("FROM toolchain AS sources", 1)[1].split(" AS build\n", 1)
     assert "apt-get $o source --only-source pytorch;" in sources
     assert "from=target-base,source=/etc/apt,target=/run/target-apt" in sources
     assert "dpkg-dev" in sources and "git clone" not in hybrid
     assert "COPY --from=sources /sources/pytorch /src/pytorch" in build
     assert "USE_SYSTEM_LIBS=ON" in build and "libfmt-dev" in build
-    plain = _render("torch", "debian-armv7", "none", settings={"SOURCE": "debian"})
+    plain = _render("torch", "trixie-armv7", "none", settings={"SOURCE": "debian"})
     build = plain.split(" AS build\n", 1)[1]
     assert "FROM toolchain" not in plain and "git clone" not in plain
     assert "apt-get $o source --only-source pytorch;" in build and "dpkg-dev" in build
     assert "Dir::Etc::trustedparts=/etc/apt/trusted.gpg.d" in build
     # the version asked for is the one checked
     assert 'case "$upstream" in 2.6.0|2.6.0[+~]*)' in _render(
-        "torch", "debian-armv7", version="2.6.0", settings={"SOURCE": "debian"}
+        "torch", "trixie-aarch64", version="2.6.0"
     )
+    # a git SOURCE given with --set wins over the target's default
+    git = _render("torch", "trixie-armv7", settings={"SOURCE": "https://example.invalid/pytorch"})
+    assert "git clone" in git and "source --only-source" not in git
+
+
+def test_torch_for_armv7_is_debian_13s(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--arch armv7` means the recipe's own armv7 target (Debian 13, Debian's source package of
+    torch 2.6.0), and says so; aarch64 keeps the arch's default target and git."""
+    code, out, err = run(["generate", "torch", "--arch", "armv7"], capsys)
+    assert code == 0 and out == _render("torch", "trixie-armv7")
+    assert "torch for --arch armv7 builds for trixie-armv7" in " ".join(err.split())
+    assert "source --only-source pytorch" in out and "linux/arm/v7" in out
+    code, out, err = run(["generate", "torch", "--arch", "aarch64"], capsys)
+    assert code == 0 and out == _render("torch", "debian-aarch64") and err == ""
+    assert "git clone --depth 1 --branch v2.6.0" in out
 
 
 def test_generate_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -372,6 +387,18 @@ def test_failed_generate_leaves_the_old_file(
         (["generate", "torch", "--arch", "armv7", "--set", "NOPE=1"], 2, "has no option 'NOPE'"),
         (["generate", "qpulib", "--target", "pynq-zu"], 2, "does not build for target 'pynq-zu'"),
         (["generate", "torch"], 2, "exactly one of --arch and --target"),
+        (
+            ["generate", "torch", "--arch", "armv7", "--version", "2.5.1"],
+            2,
+            "torch 2.5.1 for trixie-armv7 (debian trixie, glibc 2.41): torch 2.3 to 2.5 do not "
+            "compile for 32-bit ARM",
+        ),
+        (
+            ["generate", "torch", "--target", "debian-armv7", "--set", "SOURCE=debian"],
+            2,
+            "torch 2.6.0 for debian-armv7 (debian bookworm, glibc 2.36): Debian's source package "
+            "of torch 2.x is Debian 13's",
+        ),
         (["targets", "show", "pynq"], 2, "Unknown target 'pynq'"),
         (
             ["generate", "torch", "--arch", "armv7", "--accel", "turbo"],
@@ -455,7 +482,7 @@ def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"^glibc\s+2\.35$", out, re.MULTILINE)
     code, out, _ = run(["recipes"], capsys)
     assert code == 0
-    assert re.search(r"^torch\s+1\.1\.0, 1\.4\.0, 2\.1\.2, 2\.3\.1\*", out, re.MULTILINE)
+    assert re.search(r"^torch\s+1\.1\.0, 1\.4\.0, 2\.1\.2, 2\.3\.1, 2\.6\.0\*", out, re.MULTILINE)
     assert re.search(r"^qpulib .* debian-armv7,rpi3,trixie-armv7 ", out, re.MULTILINE)
 
 

@@ -84,3 +84,54 @@ def test_parse_set() -> None:
     assert parse_set(["A=1", "B = x=y"]) == {"A": "1", "B": "x=y"}
     with pytest.raises(UsageError, match="not KEY=VALUE"):
         parse_set(["novalue"])
+
+
+def _recipe_from(tmp_path, text: str):  # type: ignore[no-untyped-def]
+    from dockerarch.recipes import load_recipe
+
+    (tmp_path / "t.Dockerfile.j2").write_text("FROM scratch\n")
+    context = tmp_path / "t"
+    context.mkdir()
+    (context / "recipe.yaml").write_text(
+        'versions: {known: ["1.0", "2.0"], default: "2.0"}\n'
+        "options: {MODE: {default: a, choices: [a, b]}}\n" + text
+    )
+    return load_recipe("t", context, [tmp_path])
+
+
+def test_refusals_hold_only_when_every_condition_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dockerarch.targets import load_targets
+
+    recipe = _recipe_from(
+        tmp_path,
+        "refuse:\n  - {arches: [armv7], versions: '>=2', options: {MODE: b}, why: w, fix: f}\n",
+    )
+    targets = load_targets()
+    armv7, aarch64 = targets["debian-armv7"], targets["debian-aarch64"]
+    recipe.check_combination(aarch64, "2.0", {"MODE": "b"})  # another arch
+    recipe.check_combination(armv7, "1.0", {"MODE": "b"})  # another version
+    recipe.check_combination(armv7, "2.0", {"MODE": "a"})  # another option
+    recipe.check_combination(armv7, "master", {"MODE": "b"})  # no number: no version rule holds
+    with pytest.raises(
+        UsageError, match=r"t 2\.0 for debian-armv7 \(debian bookworm, glibc 2\.36\): w"
+    ):
+        recipe.check_combination(armv7, "2.0", {"MODE": "b"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("refuse:\n  - {arches: [armv7], why: w}\n", "needs why"),
+        ("refuse:\n  - {versions: '=>2', why: w, fix: f}\n", "not a version specifier"),
+        ("refuse:\n  - {options: {NOPE: x}, why: w, fix: f}\n", "NOPE"),
+        ("refuse: {why: w}\n", "must be a list"),
+        ("arch_targets: {armv9: {target: x, why: y}}\n", "valid arches"),
+        ("arch_targets: {armv7: {target: trixie-armv7}}\n", "why"),
+        ("per_target: {'trixie-*': {NOPE: x}}\n", "NOPE"),
+    ],
+)
+def test_bad_recipe_rules_are_configuration_errors(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    from dockerarch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _recipe_from(tmp_path, text)

@@ -19,7 +19,7 @@ def test_a_checkout_needs_the_recipe_marker(tmp_path: Path) -> None:
     (tmp_path / "meson.build").write_text("project('vaccel')\n")
     found = check_source(str(tmp_path), recipes["vaccel"])
     assert not found.archive and found.record() == {"path": str(tmp_path), "kind": "directory"}
-    with pytest.raises(UsageError, match=r"holds no setup\.py"):
+    with pytest.raises(UsageError, match=r"holds no torch/csrc/Module\.cpp"):
         check_source(str(tmp_path), recipes["torch"])
     with pytest.raises(UsageError, match="does not take --source"):
         check_source(str(tmp_path), recipes["wheel"])
@@ -38,14 +38,14 @@ def test_release_archives_are_stepped_into(tmp_path: Path) -> None:
     recipe = load_recipes()["torch"]
     archive = _tar(
         tmp_path / "pytorch-v2.3.1.tar.gz",
-        {"pytorch-v2.3.1/setup.py": b"", "pytorch-v2.3.1/torch/x.py": b""},
+        {"pytorch-v2.3.1/setup.py": b"", "pytorch-v2.3.1/torch/csrc/Module.cpp": b""},
     )
     found = check_source(str(archive), recipe)
     assert found.archive and found.top == "pytorch-v2.3.1" and len(found.sha256 or "") == 64
     work = tmp_path / "work"
     work.mkdir()
     assert (context_dir(found, work) / "setup.py").is_file()
-    flat = _tar(tmp_path / "flat.tar.gz", {"setup.py": b""})
+    flat = _tar(tmp_path / "flat.tar.gz", {"setup.py": b"", "torch/csrc/Module.cpp": b""})
     assert check_source(str(flat), recipe).top == ""
     empty = _tar(tmp_path / "other.tar.gz", {"pkg/README": b""})
     with pytest.raises(UsageError, match="below its folder pkg/"):
@@ -60,7 +60,7 @@ def test_bad_archives_are_refused(tmp_path: Path) -> None:
         check_source(str(broken), recipe)
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as archive:
-        archive.writestr("setup.py", "")
+        archive.writestr("torch/csrc/Module.cpp", "")
         archive.writestr("../escape", "x")
     with pytest.raises(UsageError, match=r"would land outside the source tree: \.\./escape"):
         check_source(str(evil), recipe)  # refused before any work, not when unpacked
@@ -69,7 +69,7 @@ def test_bad_archives_are_refused(tmp_path: Path) -> None:
 
 def _tar_with(path: Path, member: tarfile.TarInfo) -> Path:
     with tarfile.open(path, "w:gz") as archive:
-        info = tarfile.TarInfo("src/setup.py")
+        info = tarfile.TarInfo("src/torch/csrc/Module.cpp")
         archive.addfile(info, io.BytesIO(b""))
         archive.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
     return path
@@ -103,18 +103,18 @@ def test_an_archive_reaching_outside_its_tree_is_refused_by_the_check(
 
 def test_a_link_inside_the_tree_is_fine(tmp_path: Path) -> None:
     archive = _tar_with(
-        tmp_path / "src.tar.gz", _member("src/alias.py", tarfile.SYMTYPE, "setup.py")
+        tmp_path / "src.tar.gz", _member("src/alias.cpp", tarfile.SYMTYPE, "torch/csrc/Module.cpp")
     )
     assert check_source(str(archive), load_recipes()["torch"]).top == "src"
 
 
 def test_dotted_names_keep_their_dot(tmp_path: Path) -> None:
-    """./.setup.py is the hidden file .setup.py, not the marker setup.py."""
+    """./.torch/csrc/Module.cpp is in the hidden folder .torch, not the marker's torch/."""
     recipe = load_recipes()["torch"]
-    hidden = _tar(tmp_path / "hidden.tar.gz", {"./.setup.py": b"", "./torch/x.py": b""})
-    with pytest.raises(UsageError, match=r"holds no setup\.py at its root"):
+    hidden = _tar(tmp_path / "hidden.tar.gz", {"./.torch/csrc/Module.cpp": b"", "./setup.py": b""})
+    with pytest.raises(UsageError, match=r"holds no torch/csrc/Module\.cpp at its root"):
         check_source(str(hidden), recipe)
-    dotted = _tar(tmp_path / "dotted.tar.gz", {"./setup.py": b"", "./torch/x.py": b""})
+    dotted = _tar(tmp_path / "dotted.tar.gz", {"./torch/csrc/Module.cpp": b"", "./setup.py": b""})
     assert check_source(str(dotted), recipe).top == ""
 
 

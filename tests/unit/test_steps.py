@@ -124,7 +124,7 @@ def test_a_debian_source_package_step_says_what_it_fetches(mode: str) -> None:
     (request,) = plan(
         "torch",
         arch=None,
-        target="debian-armv7",
+        target="trixie-armv7",
         version=None,
         package=None,
         settings={"SOURCE": "debian"},
