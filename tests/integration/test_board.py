@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dockerarch.nfs import kernel_server
+
 from . import board
 from .conftest import REPO, dockerarch, fidelity_image
 
@@ -48,7 +50,13 @@ def in_netns(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-@pytest.mark.parametrize(("arch", "nfs"), [("aarch64", "4"), ("armv7", "4"), ("aarch64", "3")])
+# Which server serves: the kernel's where the host has one, nfs-ganesha otherwise (this project's
+# CI); the test ids say which one a run proved.
+SERVER = "kernel" if kernel_server() else "ganesha"
+CASES = [("aarch64", "4"), ("armv7", "4"), ("aarch64", "3")]
+
+
+@pytest.mark.parametrize(("arch", "nfs"), CASES, ids=[f"{a}-nfs{n}-{SERVER}" for a, n in CASES])
 def test_an_emulated_board_runs_the_export_over_nfs(
     arch: str,
     nfs: str,
@@ -73,9 +81,11 @@ def test_an_emulated_board_runs_the_export_over_nfs(
     served = in_netns(netns, "nfs", "serve", str(dest), "--client", "127.0.0.1",
                       *(["--nfs3"] if nfs == "3" else []))  # fmt: skip
     assert served.returncode == 0, served.stderr
+    assert f" with {SERVER} " in served.stdout, served.stdout
     try:
         listed = in_netns(netns, "nfs", "ls")
         assert str(dest) in listed.stdout and "serving" in listed.stdout
+        assert SERVER in listed.stdout.split(str(dest), 1)[1].splitlines()[0]
         kit = board.kit(debian_arch)
         initrd = board.initramfs(kit, tmp_path / "initrd.gz",
                                  board_script=(dest / "board-chroot").read_bytes(), check=CHECK)  # fmt: skip

@@ -3,6 +3,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dockerarch import doctor
+from dockerarch.config import RegistryConfig
+
 from .conftest import dockerarch
 
 
@@ -50,3 +53,9 @@ def test_registry_from_registry_yaml_is_the_one_checked(tmp_path: Path) -> None:
     assert "FAIL  registry" in done.stdout
     assert "http://127.0.0.1:1/v2/" in done.stdout
     assert str(tmp_path / "registry.yaml") in done.stdout
+
+
+def test_registry_nobody_listening() -> None:
+    result = doctor.check_registry(RegistryConfig(address="127.0.0.1:9"))
+    assert not result.ok and "nothing answers at http://127.0.0.1:9/v2/" in result.detail
+    assert result.fix is not None and "scripts/setup-host" in result.fix

@@ -52,6 +52,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int, bytes | str]]:
     return found
 
 
+@pytest.mark.root("device nodes, owners and file capabilities are written as the layer says")
 def test_every_kind_of_entry_is_kept(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()

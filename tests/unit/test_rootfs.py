@@ -42,6 +42,7 @@ def test_bad_export_options(kwargs: dict[str, str], message: str) -> None:
         rootfs.ExportOptions(**kwargs).check()
 
 
+@pytest.mark.root("/dev/console is made as a character device")
 def test_board_ready_edits(tmp_path: Path) -> None:
     root = tmp_path / "root"
     for d in ("etc/NetworkManager", "etc/network", "dev", "usr/lib/systemd"):
@@ -108,6 +109,7 @@ def test_verify_tree_finds_differences(tmp_path: Path) -> None:
     assert "/a: mode 0600" in str(err.value) and "/extra is not in the image" in str(err.value)
 
 
+@pytest.mark.root("security.capability is set on a file")
 def test_caps_as_setuid(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
