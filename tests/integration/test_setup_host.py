@@ -34,8 +34,12 @@ def test_stop_then_start_again() -> None:
             if was:
                 assert f"stopped {name} (pid" in stopped.stdout
                 assert not pids[name].exists()
+            else:  # a daemon this script did not start (a system dockerd, say) is left alone
+                assert f"{name} is not running from here" in stopped.stdout
         if started_here["registry"]:
             assert dockerarch("doctor").returncode == 1  # the registry is really gone
+        answers = subprocess.run(["docker", "version"], capture_output=True, timeout=30).returncode
+        assert (answers == 0) == (not started_here["dockerd"])
     finally:
         again = setup_host()
     assert again.returncode == 0, again.stdout + again.stderr
