@@ -35,15 +35,11 @@ import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dockerarch import paths
 from dockerarch.errors import ConfigError, UsageError
 from dockerarch.recipes import Recipe
 from dockerarch.targets import BoardTarget
-
-if TYPE_CHECKING:
-    from dockerarch.render import RenderRequest
 
 MODES = ("hybrid", "compilers", "none")
 # Debian packages whose x86-64 build drives a hybrid build in place of the ARM one, and the
@@ -234,19 +230,6 @@ def toolchain_base(target: BoardTarget, targets: Mapping[str, BoardTarget]) -> B
             "--accel none.",
         )
     return base
-
-
-def for_generate(request: RenderRequest, mode: str) -> RenderRequest:
-    """The request as a local build under QEMU would render it. Whether Debian has the cross
-    packages is not asked here (generate starts no process); build asks, and falls back."""
-    from dockerarch.targets import load_targets
-
-    decision = decide(
-        request.target, request.recipe, requested=mode, route_accel="qemu",
-        toolchain_base=toolchain_base(request.target, load_targets()),
-        cross_available=lambda _p, _s: True,
-    )  # fmt: skip
-    return dataclasses.replace(request, toolchain=decision.toolchain)
 
 
 def madison_has(output: str, suite: str) -> bool:

@@ -175,6 +175,29 @@ def _check_wheel_tag(path: Path, target: BoardTarget) -> str:
     return platform
 
 
+def verify_all(
+    directory: Path, target: BoardTarget, *, what: str, recipe: str, skip: tuple[str, ...] = ()
+) -> list[ArtifactReport]:
+    """Verify every file a build exported into ``directory`` (but ``skip``): a build's outputs
+    are files, and there is at least one. ``what`` names the build for the user."""
+    reports = []
+    for path in sorted(directory.iterdir()):
+        if path.name in skip:
+            continue
+        if path.is_dir():
+            raise VerificationError(
+                f"The artifacts stage of recipe '{recipe}' exported a directory ({path.name})",
+                fix="Recipes put files directly in /out.",
+            )
+        reports.append(verify(path, target))
+    if not reports:
+        raise VerificationError(
+            f"The build of {what} produced no artifacts",
+            fix="The recipe's build must write its outputs to /out.",
+        )
+    return reports
+
+
 def verify(path: Path, target: BoardTarget) -> ArtifactReport:
     """Check one artifact against the target; raise VerificationError naming file and symbol."""
     glibc: tuple[int, ...] | None = None

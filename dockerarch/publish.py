@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from dockerarch import engine, registry
-from dockerarch.build import result_name
 from dockerarch.config import RegistryConfig
 from dockerarch.errors import EngineError, UsageError
 from dockerarch.files import sha256_file, write_atomic
@@ -66,7 +65,7 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     found = []
     for request in requests:
         target = request.target
-        directory = out / target.name / result_name(request)
+        directory = out / target.name / request.result_name
         spec = request.package and (request.package.local or request.package.spec)
         package = f" --package {shlex.quote(str(spec))}" if spec else ""
         rebuild = f"Build it first: dockerarch build {request.recipe.name}{package} --target {target.name}"
@@ -105,7 +104,7 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
                 f"{tag} is a {platform} image, but {target.name} is {target.platform}",
                 fix=rebuild + ".",
             )
-        dist = result_name(request).rsplit("-", 1)[0]
+        dist = request.result_name.rsplit("-", 1)[0]
         found.append(Built(target=target, directory=directory, name=dist,
                            version=request.version, image_tag=tag, image_id=image_id))  # fmt: skip
     return found

@@ -7,6 +7,7 @@ shell metacharacter reaches a RUN line whatever a recipe's own patterns allow.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import traceback
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dockerarch import __version__
+from dockerarch import __version__, accel
 from dockerarch.accel import Toolchain, build_stage_apt
 from dockerarch.errors import ConfigError, DockerarchError, UsageError
 from dockerarch.recipes import SAFE_VALUE, PackageSpec, Recipe
@@ -41,6 +42,12 @@ class RenderRequest:
     toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
     source: LocalSource | None = None  # --source: the upstream tree from this machine
     chosen_because: str | None = None  # the recipe picked this target for --arch: why
+
+    @property
+    def result_name(self) -> str:
+        """What the build makes, as its result directory is named: ``<name>-<version>``."""
+        name = self.package.dist_name if self.package else self.recipe.name
+        return f"{name}-{self.version}"
 
 
 def _finalize(value: Any) -> Any:
@@ -170,6 +177,19 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
     if not text.endswith("\n"):
         text += "\n"
     return text
+
+
+def for_generate(request: RenderRequest, mode: str) -> RenderRequest:
+    """The request as a local build under QEMU would render it. Whether Debian has the cross
+    packages is not asked here (generate starts no process); build asks, and falls back."""
+    from dockerarch.targets import load_targets
+
+    decision = accel.decide(
+        request.target, request.recipe, requested=mode, route_accel="qemu",
+        toolchain_base=accel.toolchain_base(request.target, load_targets()),
+        cross_available=lambda _p, _s: True,
+    )  # fmt: skip
+    return dataclasses.replace(request, toolchain=decision.toolchain)
 
 
 def _chosen_because(recipe: Recipe, board: BoardTarget, arch: str | None) -> str | None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
+from collections import deque
+from collections.abc import Callable
 
 _TITLE = re.compile(r"^\[(?P<stage>[^\]]+?)(?:\s+\d+/\d+)?\]\s+(?P<command>.*)$", re.S)
 _MOUNT = re.compile(r"--mount=\S+\s*")
@@ -127,3 +130,86 @@ def _first_words(text: str, width: int = 60) -> str:
         words = text.split()
     line = " ".join(words)
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+# buildx's plain progress: a step's title ("#12 [build 4/5] RUN ..."), its error, and how far a
+# compile step is: ninja's "[412/1217] Building CXX object ..." and the "[ 45%]" of cmake's
+# Makefiles, as buildx shows them ("#19 12.34 [412/1217] ...").
+_STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
+_ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
+_COUNT = re.compile(r"^#\d+ [\d.]+ \s*\[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
+TAIL_LINES = 30
+# BuildKit stops passing on a step's output past its log limits (2 MiB, 100 KiB/s by default).
+CLIPPED = re.compile(r"^#\d+ [\d.]+ \[output clipped, log limit .* reached\]")
+CLIPPED_NOTE = (
+    "the engine clipped this step's log (BuildKit's step log limit): its progress and any "
+    "error it prints are lost from here; scripts/setup-host --stop, then scripts/setup-host, "
+    "restarts dockerd without the limit"
+)
+
+
+class StepTracker:
+    """Follows buildx's plain progress: the current step, and every step's lines.
+
+    BuildKit replays the logs of a step another build already ran (cached toolchain steps show
+    their apt output again in each invocation, with the first run's timestamps): a log line
+    stamped later than the step could have reached is a replay, not work, and is not announced.
+    """
+
+    REPLAY_SLACK = 2.0  # seconds a log stamp may run ahead of our clock (buffering, rounding)
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.steps: dict[str, str] = {}  # "#12" -> "[build 4/5] RUN ..."
+        self.lines: dict[str, deque[str]] = {}
+        self.current = "starting"
+        self.failed: tuple[str, str] | None = None  # (step title, error)
+        self._clock = clock
+        self._seen: dict[str, float] = {}  # when each step's title arrived
+
+    def feed(self, line: str) -> bool:
+        """Take one line; True when a step starts doing work (cached steps stay quiet)."""
+        number, _, rest = line.partition(" ")
+        if number.startswith("#"):
+            self.lines.setdefault(number, deque(maxlen=TAIL_LINES)).append(line)
+        step = _STEP.match(line)
+        if step:
+            self.steps.setdefault(number, f"[{step.group('stage')}] {step.group('what')}")
+            self._seen.setdefault(number, self._clock())
+            return False
+        error = _ERROR.match(line)
+        if error and self.failed is None:
+            self.failed = (self.steps.get(number, number), error.group("what"))
+        working = number in self.steps and not rest.startswith(("CACHED", "DONE", "ERROR"))
+        if working and self._replayed(number, rest):
+            return False
+        if working and self.steps[number] != self.current:
+            self.current = self.steps[number]
+            return True
+        return False
+
+    def count(self, line: str) -> tuple[int, int, str] | None:
+        """How far the current step is, when ``line`` (of the current step) says: (done, total,
+        as shown), from ninja's [N/M] or make's [ P%]."""
+        found = _COUNT.match(line)
+        if found is None or self.steps.get(line.partition(" ")[0]) != self.current:
+            return None
+        if found.group("percent") is not None:
+            percent = int(found.group("percent"))
+            return percent, 100, f"{percent}%"
+        done, total = int(found.group("done")), int(found.group("total"))
+        return (done, total, f"{done}/{total}") if 0 < total else None
+
+    def _replayed(self, number: str, rest: str) -> bool:
+        stamp, _, _ = rest.partition(" ")
+        try:
+            at = float(stamp)
+        except ValueError:
+            return False
+        return at > self._clock() - self._seen[number] + self.REPLAY_SLACK
+
+    def failure_report(self) -> tuple[str, list[str]]:
+        if self.failed is None:
+            return "the build", []
+        title, _ = self.failed
+        number = next((n for n, t in self.steps.items() if t == title), title)
+        return title, list(self.lines.get(number, []))

@@ -44,7 +44,7 @@ def generate(
     from dockerarch.errors import UsageError
     from dockerarch.files import write_atomic
     from dockerarch.recipes import parse_set
-    from dockerarch.render import plan, render
+    from dockerarch.render import for_generate, plan, render
 
     accel_module.check_mode(accel)
     requests = plan(
@@ -56,7 +56,7 @@ def generate(
             "generate renders one Dockerfile: give one arch or one target",
             fix="Run it once per target, e.g. --target debian-armv7, then --target debian-aarch64.",
         )
-    text = render(accel_module.for_generate(requests[0], accel), paths.template_dirs())
+    text = render(for_generate(requests[0], accel), paths.template_dirs())
     if requests[0].chosen_because:
         typer.echo(requests[0].chosen_because, err=True)
     if output is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch import build
+from dockerarch import build, steps
 from dockerarch.errors import UsageError
 from dockerarch.files import replace_dir
 from dockerarch.recipes import parse_package_spec
@@ -28,7 +28,7 @@ LOG = """\
 
 
 def test_progress_follows_working_steps_and_finds_the_failing_one() -> None:
-    tracker = build.StepTracker()
+    tracker = steps.StepTracker()
     announced = [tracker.current for line in LOG.splitlines() if tracker.feed(line)]
     assert announced == ["[build 3/4] RUN mkdir -p /out",
                          "[build 4/4] RUN python3 -m pip wheel --wheel-dir /out /src/package"]  # fmt: skip
@@ -52,7 +52,7 @@ NINJA_LOG = """\
 
 
 def test_a_compile_step_says_how_far_it_is() -> None:
-    tracker = build.StepTracker()
+    tracker = steps.StepTracker()
     counts = []
     for line in NINJA_LOG.splitlines():
         tracker.feed(line)
@@ -110,7 +110,7 @@ def test_a_new_result_replaces_the_old_one_whole(tmp_path: Path) -> None:
 
 def test_a_cached_step_whose_log_buildkit_replays_is_not_announced() -> None:
     now = [100.0]
-    tracker = build.StepTracker(clock=lambda: now[0])
+    tracker = steps.StepTracker(clock=lambda: now[0])
     replay = [
         "#3 [toolchain 2/4] RUN apt-get install -y --no-install-recommends gcc",
         "#3 0.101 Reading package lists...",  # early lines of a replay look like work...
@@ -119,7 +119,7 @@ def test_a_cached_step_whose_log_buildkit_replays_is_not_announced() -> None:
     ]
     assert [tracker.feed(line) for line in replay] == [False, True, False, False]
     # The same step run for real: its stamps keep pace with the clock.
-    tracker = build.StepTracker(clock=lambda: now[0])
+    tracker = steps.StepTracker(clock=lambda: now[0])
     tracker.feed(replay[0])
     now[0] += 17.0
     assert tracker.feed(replay[2]) is True
@@ -183,4 +183,4 @@ def test_the_engines_own_platform_builds_natively_on_it(monkeypatch: pytest.Monk
     ],
 )
 def test_a_step_log_the_engine_clipped_is_recognised(line: str, clipped: bool) -> None:
-    assert bool(build._CLIPPED.search(line)) is clipped
+    assert bool(steps.CLIPPED.search(line)) is clipped

@@ -8,7 +8,7 @@ import pytest
 
 from dockerarch import accel, paths
 from dockerarch.recipes import load_recipes
-from dockerarch.render import plan, render
+from dockerarch.render import for_generate, plan, render
 from dockerarch.targets import load_targets
 
 from .cli import run
@@ -41,7 +41,7 @@ def _render(recipe: str, target: str, mode: str = "hybrid", **kw: object) -> str
     }
     args.update(kw)
     (request,) = plan(recipe, **args)
-    return render(accel.for_generate(request, mode), paths.template_dirs())
+    return render(for_generate(request, mode), paths.template_dirs())
 
 
 def _stages(text: str) -> list[tuple[str, str]]:

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from dockerarch import accel, paths, steps
+from dockerarch import paths, steps
 from dockerarch.recipes import load_recipes
-from dockerarch.render import plan, render
+from dockerarch.render import for_generate, plan, render
 from dockerarch.targets import load_targets
 
 RECIPES = load_recipes()
@@ -35,7 +35,7 @@ def _titles(dockerfile: str) -> list[str]:
 def _dockerfile(recipe: str, target: str, mode: str) -> str:
     package = "zstandard==0.23.0" if recipe == "wheel" else None
     (request,) = plan(recipe, arch=None, target=target, version=None, package=package, settings={})
-    return render(accel.for_generate(request, mode), paths.template_dirs())
+    return render(for_generate(request, mode), paths.template_dirs())
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "none"])
@@ -129,7 +129,7 @@ def test_a_debian_source_package_step_says_what_it_fetches(mode: str) -> None:
         package=None,
         settings={"SOURCE": "debian"},
     )
-    dockerfile = render(accel.for_generate(request, mode), paths.template_dirs())
+    dockerfile = render(for_generate(request, mode), paths.template_dirs())
     said = [steps.describe(t, subject="torch") for t in _titles(dockerfile)]
     assert "fetching Debian's source package pytorch" in said
     # hybrid: fetched natively, then handed to the emulated build stage

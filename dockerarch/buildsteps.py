@@ -1,0 +1,443 @@
+"""The steps of a build job, in order: each a small function of the job's state.
+
+A job (build.Job) makes a temporary directory beside its result and runs :data:`STEPS` on a
+:class:`JobState`; each step is timed, and the times go to manifest.json. The steps talk to the
+Docker engine only through :class:`Engine` (the ``engine`` module in a real build, a fake in unit
+tests), and to the user only through the state's progress callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from dockerarch import __version__, accel, artifacts, builders, paths, steps
+from dockerarch.engine import BuildFailed, BuildSpec
+from dockerarch.errors import DockerarchError, EngineError, UsageError
+from dockerarch.render import RenderRequest, render
+
+
+class Engine(Protocol):
+    """What a build job asks of the Docker engine (the ``engine`` module's functions)."""
+
+    def image_labels(
+        self, reference: str, context: str | None = None
+    ) -> tuple[str, dict[str, str]] | None: ...
+    def copy_image(self, reference: str, to_context: str) -> None: ...
+    def build_lines(self, spec: BuildSpec) -> Iterator[str]: ...
+    def run_in_image(
+        self, image: str, platform: str, command: str, context: str | None = None
+    ) -> tuple[int, str]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    out: Path
+    builder: str | None = None
+    fallback_qemu: bool = False
+    cache: bool = True
+    smoke: bool = True
+    ca_bundle: str | None = None
+    accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
+    ccache: bool = True  # hybrid builds' compiler cache
+    registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
+    registry_cache_loopback: bool = True  # the registry is on this machine only
+    uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """buildx --secret values: the host's CA bundle, when there is one."""
+        return (f"id=ca-bundle,src={self.ca_bundle}",) if self.ca_bundle else ()
+
+
+@dataclass(kw_only=True)
+class JobState:
+    """What the steps of one target's build share: its inputs, its temporary directory, and what
+    each step found for the next."""
+
+    request: RenderRequest  # with the hybrid toolchain decided
+    route: builders.Route
+    decision: accel.Decision
+    options: BuildOptions
+    engine: Engine
+    work: Path  # the job's temporary directory
+    log: TextIO  # build.log, in work/result
+    say: Callable[[str], None]
+    step: Callable[[str], None]
+    count: Callable[[str, int, int, str], None]
+    started: float = field(default_factory=time.monotonic)
+    contexts: dict[str, str] = field(default_factory=dict)  # named build contexts
+    base_id: str | None = None
+    cache_ref: str | None = None
+    toolchain_log: Path | None = None
+    drivers: accel.DriverReport | None = None
+    reports: list[artifacts.ArtifactReport] = field(default_factory=list)
+    image_tag: str | None = None
+    image_id: str | None = None
+    smoke_output: str | None = None
+    hybrid: dict[str, int] | None = None
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def landing(self) -> Path:
+        """The result as it is made: artifacts, build.log, manifest.json."""
+        return self.work / "result"
+
+    @property
+    def context(self) -> Path:
+        return self.work / "context"
+
+    @property
+    def target(self) -> str:
+        return self.request.target.name
+
+
+# --- the steps -------------------------------------------------------------------------------
+
+
+def ensure_base(job: JobState) -> None:
+    """The target's base image (bootstrapped when missing and dockerarch can), on the node that
+    builds; in a hybrid build the amd64 base of the native toolchain too."""
+    request, route = job.request, job.route
+    if route.note:
+        job.say(route.note)
+    job.say(f"building on {route.builder} ({job.decision.accel}, {route.endpoint})")
+    tag = request.target.base_image
+    job.base_id = _local_base(job, request.target.name, tag)
+    if route.context is not None:
+        remote = job.engine.image_labels(tag, route.context)
+        if remote is None or remote[0] != job.base_id:
+            job.say(f"copying the base {tag} to node {route.builder}")
+            job.engine.copy_image(tag, route.context)
+    if request.toolchain is not None:
+        _local_base(job, request.toolchain.base_target, request.toolchain.base_image)
+
+
+def prepare_context(job: JobState) -> None:
+    """The build context (the recipe's directory, the rendered Dockerfile, the hybrid
+    toolchain's helpers) and the named context of a --source."""
+    write_context(job.request, job.context)
+    source = job.request.source
+    if source is not None:
+        from dockerarch.sources import context_dir
+
+        job.contexts["source"] = str(context_dir(source, job.work))
+        job.say(f"source: {source.path}"
+                + (f" (commit {source.commit[:12]})" if source.commit else ""))  # fmt: skip
+    job.cache_ref = _registry_cache_ref(job)
+
+
+def build_artifacts(job: JobState) -> None:
+    """One buildx invocation exports the artifacts and, in a hybrid build, the compiler-run log
+    beside them (a second one would resolve the build stage again: seen re-running the toolchain
+    stage, 40-50 s, when two targets built at once)."""
+    hybrid = job.request.toolchain is not None
+    cache_from = (
+        (f"type=registry,ref={job.cache_ref}",) if job.cache_ref and job.options.cache else ()
+    )
+    spec = BuildSpec(
+        context_dir=job.context, platform=job.request.target.platform,
+        stage=accel.LOG_STAGE if hybrid else "artifacts", output_dir=job.landing,
+        secrets=job.options.secrets, cache=job.options.cache, cache_from=cache_from,
+        node_context=job.route.context, build_contexts=job.contexts,
+    )  # fmt: skip
+    stream(job, spec, "starting buildx")
+    toolchain = job.request.toolchain
+    if toolchain is None:
+        return
+    job.toolchain_log = job.work / "toolchain.log"  # the compiler-run log, out of the artifacts
+    os.replace(job.landing / accel.LOG_EXPORT, job.toolchain_log)
+    os.replace(job.landing / accel.CCACHE_EXPORT, job.work / "ccache.log")
+    if toolchain.drivers:  # and what use-native-drivers did
+        exported = job.landing / accel.DRIVERS_EXPORT
+        job.drivers = accel.DriverReport.parse(exported.read_text(errors="replace"))
+        exported.unlink()
+        for line in job.drivers.lines():
+            job.say(line)
+    job.hybrid = _hybrid_counts(job, job.toolchain_log)
+
+
+def verify(job: JobState) -> None:
+    """Every exported file checked against the target (artifacts.verify_all)."""
+    job.reports = artifacts.verify_all(
+        job.landing, job.request.target, what=f"{job.request.result_name} for {job.target}",
+        recipe=job.request.recipe.name, skip=("build.log",),
+    )  # fmt: skip
+    for report in job.reports:
+        glibc = f", needs GLIBC_{report.glibc}" if report.glibc else ""
+        job.say(f"verified {report.name} ({report.elf_files} ELF files{glibc})")
+
+
+def push_cache(job: JobState) -> None:
+    """registry.yaml's build cache: the build stage with its inline cache, so later builds
+    anywhere that reach the registry reuse its steps. A cache that cannot be pushed does not fail
+    the build."""
+    if not job.cache_ref:
+        return
+    spec = BuildSpec(context_dir=job.context, platform=job.request.target.platform, stage="build",
+                     push_tag=job.cache_ref, cache_to="type=inline", secrets=job.options.secrets,
+                     cache=True, node_context=job.route.context, build_contexts=job.contexts)  # fmt: skip
+    try:
+        stream(job, spec, "pushing the registry cache")
+    except EngineError as exc:
+        why = (getattr(exc, "tail", None) or [exc.problem])[-1].strip()
+        job.say(f"registry cache not pushed ({why}); the build goes on without it")
+    else:
+        job.say(f"registry cache pushed: {job.cache_ref}")
+
+
+def runtime_image(job: JobState) -> None:
+    """The runtime stage from exactly the verified files (the named context `artifacts` in place
+    of the stage: nothing of the build stage is resolved again), loaded into the engine."""
+    if not job.options.smoke:
+        return
+    request = job.request
+    tag = f"dockerarch/{request.result_name.rsplit('-', 1)[0]}:{request.version}-{job.target}"
+    job.image_tag = re.sub(r"[^a-z0-9_./:-]", "-", tag.lower())
+    verified = _verified_copy(job.landing, job.reports, job.work)
+    spec = BuildSpec(
+        context_dir=job.context, platform=request.target.platform, stage="runtime",
+        load_tag=job.image_tag, secrets=job.options.secrets, cache=True,
+        node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
+    )  # fmt: skip
+    stream(job, spec, "runtime image")
+    found = job.engine.image_labels(job.image_tag, job.route.context)
+    job.image_id = found[0] if found else None
+
+
+def smoke_test(job: JobState) -> None:
+    """The recipe's smoke command (a wheel's: import its top-level modules) in the runtime image,
+    under QEMU."""
+    if job.image_tag is None:
+        return
+    command = smoke_command(job.request, job.reports)
+    if command is None:
+        job.smoke_output = "nothing to import"
+        return
+    job.step("smoke test")
+    code, output = job.engine.run_in_image(
+        job.image_tag, job.request.target.platform, command, job.route.context
+    )
+    job.log.write(f"### smoke test: {command}\n{output}\n")
+    if code != 0:
+        raise SmokeFailed(
+            f"{job.target}: the smoke test failed in {job.image_tag} (exit code {code}): "
+            + " / ".join(output.strip().splitlines()[-5:]),
+            fix="The artifacts built and verified but do not work installed; see build.log. "
+            "--no-smoke skips the test.",
+        )
+    job.smoke_output = output.strip().splitlines()[-1] if output.strip() else "ok"
+    job.say(f"smoke test passed: {job.smoke_output}")
+
+
+def write_manifest(job: JobState) -> None:
+    """manifest.json: what was built, from what, where, how, and how long each step took."""
+    request = job.request
+    manifest = {
+        "recipe": request.recipe.name,
+        "version": request.version,
+        "package": request.package.spec if request.package else None,
+        "source": request.source.record() if request.source else None,
+        "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
+        "options": dict(request.options),
+        "target": job.target,
+        "platform": request.target.platform,
+        "base": {"image": request.target.base_image, "id": job.base_id},
+        "image": {"tag": job.image_tag, "id": job.image_id},
+        "artifacts": [r.as_dict() for r in job.reports],
+        "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
+        "accel": job.decision.accel,
+        "hybrid": job.hybrid,
+        "drivers": job.drivers.as_dict() if job.drivers else None,
+        "smoke": job.smoke_output,
+        "steps": [{"step": name, "seconds": round(s, 1)} for name, s in job.timings],
+        "seconds": round(time.monotonic() - job.started, 1),
+        "dockerarch": __version__,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (job.landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
+    ("ensure base", ensure_base),
+    ("prepare context", prepare_context),
+    ("build artifacts", build_artifacts),
+    ("verify", verify),
+    ("push cache", push_cache),
+    ("runtime image", runtime_image),
+    ("smoke test", smoke_test),
+    ("manifest", write_manifest),
+)
+
+
+# --- what the steps share --------------------------------------------------------------------
+
+
+class BuildStepFailed(EngineError):
+    exit_code = 6
+
+    def __init__(self, target: str, step: str, tail: list[str]) -> None:
+        super().__init__(f"{target}: the build failed at {step}")
+        self.step = step
+        self.tail = tail
+
+
+class BuildStopped(EngineError):
+    """buildx ended with no step failing: it was killed, or lost its engine."""
+
+    exit_code = 6
+
+    def __init__(self, target: str, doing: str, code: int | None) -> None:
+        how = (
+            f"was killed (signal {-code})" if code is not None and code < 0
+            else f"ended with exit code {code}" if code is not None else "ended"
+        )  # fmt: skip
+        super().__init__(
+            f"{target}: docker buildx {how} while {doing}, with no build step failing",
+            fix="Run the same command again: finished steps are cached and compiled objects are "
+            "in the compiler cache, so the build continues where it stopped.",
+        )
+
+
+class SmokeFailed(DockerarchError):
+    exit_code = 8
+
+
+def stream(job: JobState, spec: BuildSpec, first: str) -> None:
+    """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
+    job.step(first)
+    tracker = steps.StepTracker()
+    subject = job.request.result_name.rsplit("-", 1)[0]
+    job.log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
+    started = time.monotonic()
+    clipped = False
+    try:
+        for chunk in job.engine.build_lines(spec):
+            for line in chunk.splitlines():
+                job.log.write(line + "\n")
+                if tracker.feed(line):
+                    job.step(steps.describe(tracker.current, subject=subject))
+                elif (count := tracker.count(line)) is not None:
+                    job.count(steps.describe(tracker.current, subject=subject), *count)
+                elif steps.CLIPPED.search(line) and not clipped:
+                    clipped = True
+                    job.say(steps.CLIPPED_NOTE)
+    except BuildFailed as exc:
+        job.log.flush()
+        if tracker.failed is None:  # no step failed: buildx itself was stopped
+            raise BuildStopped(
+                job.target, steps.describe(tracker.current, subject=subject), exc.return_code
+            ) from exc
+        title, tail = tracker.failure_report()
+        raise BuildStepFailed(job.target, title, tail) from exc
+    # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
+    job.log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")
+
+
+def write_context(request: RenderRequest, context: Path) -> None:
+    """The recipe's context directory plus the rendered Dockerfile."""
+    if request.recipe.context.is_dir():
+        shutil.copytree(request.recipe.context, context, symlinks=True)
+    else:
+        context.mkdir()
+    if request.package is not None and request.package.local is not None:
+        ignore = shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".venv"
+        )
+        shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
+    if request.toolchain is not None:
+        accel.prepare_context(context)
+    (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
+
+
+def smoke_command(request: RenderRequest, reports: list[artifacts.ArtifactReport]) -> str | None:
+    """The recipe's smoke command as a shell line; for a recipe without one, importing the
+    artifacts' top-level modules (None: nothing to import)."""
+    command = shlex.join(request.recipe.smoke)  # the recipe gives an argv
+    if command:
+        return command
+    modules = sorted({m for r in reports for m in r.top_level})
+    if not modules:
+        return None
+    return f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+
+
+_BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time
+
+
+def _local_base(job: JobState, name: str, tag: str) -> str:
+    """The id of the local engine's base image ``tag`` of target ``name``, bootstrapped first
+    when missing and dockerarch can."""
+    with _BASE_LOCKS.setdefault(tag, threading.Lock()):  # concurrent jobs share the amd64 base
+        local = job.engine.image_labels(tag)
+        if local is not None:
+            return local[0]
+        from dockerarch import base
+        from dockerarch.targets import load_targets
+
+        target = load_targets()[name]
+        try:
+            request = base.make_request(target)
+            if request.tag != tag:
+                raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
+        except UsageError as exc:
+            raise UsageError(
+                f"Target '{name}' has no base image {tag} yet, and dockerarch cannot bootstrap "
+                f"one unaided: {exc.problem}",
+                fix=f"Make it first: dockerarch base bootstrap --target {name} --mirror URI, "
+                f"or base import-img SDCARD --target {name}.",
+            ) from exc
+        job.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
+        return base.bootstrap(request, progress=job.say).image_id
+
+
+def _registry_cache_ref(job: JobState) -> str | None:
+    """registry.yaml's build cache for this build, when on and the builder can reach it."""
+    cache = job.options.registry_cache
+    if cache is None:
+        return None
+    if job.route.context is not None and job.options.registry_cache_loopback:
+        job.say(f"registry cache skipped: {cache} is on this machine only, "
+                f"which node '{job.route.builder}' cannot reach")  # fmt: skip
+        return None
+    name = f"{job.target}-{job.request.result_name}-{job.decision.accel}".lower()
+    return f"{cache}:{re.sub(r'[^a-z0-9_.-]', '-', name)[:128]}"
+
+
+def _hybrid_counts(job: JobState, toolchain_log: Path) -> dict[str, int]:
+    """Where the build's compiler runs ran, from dockerarch-cc's log (exported with the
+    artifacts: read even when every step was cached)."""
+    counts = accel.count_runs(toolchain_log.read_text(errors="replace"))
+    cached = accel.count_ccache((toolchain_log.parent / "ccache.log").read_text(errors="replace"))
+    counts.update({f"ccache_{k}": v for k, v in cached.items()})
+    if cached["hits"] or cached["misses"]:
+        job.say(f"ccache: {cached['hits']} of {cached['hits'] + cached['misses']} compiles "
+                "from the cache")  # fmt: skip
+    job.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
+            f"runs native (x86-64), {counts['emulated']} under QEMU; "
+            f"{counts['started_by_native']} started by a native program, "
+            f"{counts['started_by_emulated']} by an emulated one")  # fmt: skip
+    return counts
+
+
+def _verified_copy(landing: Path, reports: list[artifacts.ArtifactReport], work: Path) -> Path:
+    """A directory holding only the verified artifacts (hard links where the file system allows),
+    the runtime stage's named context: the landing directory also holds build.log, which grows
+    while the job runs and would change the context's checksum."""
+    verified = work / "verified"
+    verified.mkdir()
+    for report in reports:
+        try:
+            os.link(landing / report.name, verified / report.name)
+        except OSError:
+            shutil.copy2(landing / report.name, verified / report.name)
+    return verified

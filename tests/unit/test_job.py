@@ -1,0 +1,168 @@
+"""A whole build job driven through a fake engine: the order of its steps, what lands, and what is
+left after a failure at each step (an earlier good result untouched, the log kept, no temporary
+directory)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dockerarch import accel, build, builders, buildsteps
+from dockerarch.engine import BuildFailed, BuildSpec
+from dockerarch.errors import DockerarchError
+from dockerarch.render import plan
+
+LOCAL = builders.Route(builder="local", context=None, endpoint="unix:///x.sock", accel="qemu")
+
+
+class Recorder:
+    """Progress that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, name: str, line: str) -> None:
+        self.lines.append(f"say {line}")
+
+    def step(self, name: str, words: str) -> None:
+        self.lines.append(f"step {words}")
+
+    def count(self, name: str, words: str, done: int, total: int, shown: str) -> None:
+        self.lines.append(f"count {words} {shown}")
+
+    def end(self, name: str, words: str) -> None:
+        self.lines.append(f"end {words}")
+
+
+class FakeEngine:
+    """The engine a build job sees: bases exist, buildx prints a compile and exports a tarball,
+    the runtime image loads, the smoke command prints; ``fail`` makes one of them go wrong."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+
+    def image_labels(
+        self, reference: str, context: str | None = None
+    ) -> tuple[str, dict[str, str]] | None:
+        self.calls.append(f"image_labels {reference}")
+        return ("sha256:" + reference.replace("/", "-"), {})
+
+    def copy_image(self, reference: str, to_context: str) -> None:
+        self.calls.append(f"copy_image {reference}")
+
+    def build_lines(self, spec: BuildSpec) -> Iterator[str]:
+        self.calls.append(f"build_lines {spec.stage}")
+        yield "#7 [build 3/4] RUN make -j2\n"
+        yield "#7 0.5 [1/2] cc -c a.c\n#7 0.9 [2/2] cc -c b.c\n"
+        if self.fail == "compile":
+            yield '#7 ERROR: process "/bin/sh -c make -j2" did not complete: exit code: 2\n'
+            raise BuildFailed("buildx failed", return_code=1)
+        if self.fail == "killed":
+            raise BuildFailed("buildx failed", return_code=-9)
+        if spec.stage == "artifacts":
+            assert spec.output_dir is not None
+            with tarfile.open(spec.output_dir / "hello-1.0.tar.gz", "w:gz") as archive:
+                info = tarfile.TarInfo("usr/share/hello/README")
+                info.size = 5
+                archive.addfile(info, io.BytesIO(b"hello"))
+        yield "#7 DONE 1.2s\n"
+
+    def run_in_image(
+        self, image: str, platform: str, command: str, context: str | None = None
+    ) -> tuple[int, str]:
+        self.calls.append(f"run_in_image {image}")
+        return (1, "Traceback\nImportError: nope\n") if self.fail == "smoke" else (0, "hello ok\n")
+
+
+def _job(tmp_path: Path, engine: FakeEngine, progress: Recorder) -> build.Job:
+    (request,) = plan("qpulib", arch=None, target="debian-armv7", version=None, package=None,
+                      settings={})  # fmt: skip
+    options = build.BuildOptions(out=tmp_path / "dist")
+    return build.Job(request, options, progress, LOCAL, accel.Decision(accel="qemu"), engine)
+
+
+def test_a_job_runs_its_steps_in_order_and_lands_the_verified_result(tmp_path: Path) -> None:
+    engine, progress = FakeEngine(), Recorder()
+    result = _job(tmp_path, engine, progress).run()
+    assert result.error is None, result.error
+    final = tmp_path / "dist" / "debian-armv7" / "qpulib-master"
+    assert result.directory == final and result.artifacts == [final / "hello-1.0.tar.gz"]
+    assert sorted(p.name for p in final.iterdir()) == [
+        "build.log",
+        "hello-1.0.tar.gz",
+        "manifest.json",
+    ]
+    assert [p.name for p in final.parent.iterdir()] == ["qpulib-master"]  # nothing else left
+    manifest = json.loads((final / "manifest.json").read_text())
+    # every step, timed, but the manifest's own (it is being written)
+    assert [s["step"] for s in manifest["steps"]] == [name for name, _ in buildsteps.STEPS][:-1]
+    assert all(s["seconds"] >= 0 for s in manifest["steps"])
+    assert manifest["smoke"] == "hello ok" and manifest["image"]["id"]
+    assert manifest["artifacts"][0]["name"] == "hello-1.0.tar.gz"
+    base = "dockerarch/base/debian-armv7:bookworm"
+    runtime = "dockerarch/qpulib:master-debian-armv7"
+    assert engine.calls == [
+        f"image_labels {base}", "build_lines artifacts", "build_lines runtime",
+        f"image_labels {runtime}", f"run_in_image {runtime}",
+    ]  # fmt: skip
+    # the progress: what the build does, in words, and how far the compile is
+    assert "count compiling qpulib with make 2/2" in progress.lines
+    assert "say smoke test passed: hello ok" in progress.lines
+    assert "### smoke test:" in (final / "build.log").read_text()
+
+
+@pytest.mark.parametrize("failing", [name for name, _ in buildsteps.STEPS])
+def test_a_failure_at_any_step_leaves_the_earlier_result_and_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    final = tmp_path / "dist" / "debian-armv7" / "qpulib-master"
+    final.mkdir(parents=True)
+    (final / "good.txt").write_text("an earlier good result")
+
+    def fail(job: buildsteps.JobState) -> None:
+        job.log.write("what the step printed\n")
+        raise DockerarchError(f"{failing} went wrong")
+
+    monkeypatch.setattr(
+        build, "STEPS", [(n, fail if n == failing else s) for n, s in buildsteps.STEPS]
+    )
+    result = _job(tmp_path, FakeEngine(), Recorder()).run()
+    assert result.error is not None and result.error.problem == f"{failing} went wrong"
+    assert [p.name for p in final.iterdir()] == ["good.txt"]  # untouched
+    assert result.log == final.parent / "qpulib-master.failed.log"
+    assert "what the step printed" in result.log.read_text()
+    assert sorted(p.name for p in final.parent.iterdir()) == [
+        "qpulib-master",
+        "qpulib-master.failed.log",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fail", "kind", "words"),
+    [
+        ("compile", buildsteps.BuildStepFailed, "the build failed at [build 3/4] RUN make -j2"),
+        ("killed", buildsteps.BuildStopped, "docker buildx was killed (signal 9) while compiling qpulib with make"),
+        ("smoke", buildsteps.SmokeFailed, "the smoke test failed in dockerarch/qpulib:master-debian-armv7 (exit code 1)"),
+    ],
+)  # fmt: skip
+def test_what_the_engine_does_wrong_is_told_as_such(
+    tmp_path: Path, fail: str, kind: type[DockerarchError], words: str
+) -> None:
+    result = _job(tmp_path, FakeEngine(fail), Recorder()).run()
+    assert isinstance(result.error, kind) and words in result.error.problem
+    assert (
+        result.directory is None
+        and result.log is not None
+        and result.log.name.endswith(".failed.log")
+    )
+    if fail == "compile":
+        assert isinstance(result.error, buildsteps.BuildStepFailed)
+        assert any("exit code: 2" in line for line in result.error.tail)
+    left = sorted(p.name for p in (tmp_path / "dist" / "debian-armv7").iterdir())
+    assert left == ["qpulib-master.failed.log"]
