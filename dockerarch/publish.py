@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dockerarch import engine, registry
+from dockerarch import engine, oci, registry
 from dockerarch.config import RegistryConfig
-from dockerarch.errors import EngineError, UsageError
+from dockerarch.errors import UsageError
 from dockerarch.files import sha256_file, write_atomic
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
@@ -335,29 +335,19 @@ def _oci_layout(saved: list[tuple[Built, Path]], out: Path, *, ref: str) -> None
     seen: set[str] = set()
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as layout:
         for b, path in saved:
-            with tarfile.open(path) as single:
-                try:
-                    index = json.load(single.extractfile("index.json"))  # type: ignore[arg-type]
-                except KeyError as exc:
-                    raise EngineError(
-                        f"docker save of {b.image_tag} wrote no OCI index.json",
-                        fix="An OCI layout needs Docker 25 or later; the per-target archives "
-                        "still load with docker load.",
-                    ) from exc
-                (child,) = index["manifests"]
+            with oci.open_saved(path, b.image_tag) as single:
+                child = single.descriptor()
                 children.append({"mediaType": child["mediaType"], "digest": child["digest"],
                                  "size": child["size"], "platform": _platform(b.target.platform)})  # fmt: skip
-                for member in single:
-                    if not member.name.startswith("blobs/sha256/") or not member.isfile():
-                        continue
+                for member, handle in single.blobs():
                     if member.name in seen:  # layers the targets share (a base) are kept once
                         continue
                     seen.add(member.name)
-                    layout.addfile(member, single.extractfile(member))
+                    layout.addfile(member, handle)
         image_index = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX,
                                   "manifests": children}, indent=2).encode()  # fmt: skip
         index_digest = registry.digest_of(image_index)
-        _add_bytes(layout, f"blobs/sha256/{index_digest.split(':', 1)[1]}", image_index)
+        _add_bytes(layout, oci.blob_name(index_digest), image_index)
         top = {"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": [{
             "mediaType": registry.OCI_INDEX, "digest": index_digest, "size": len(image_index),
             "annotations": {"org.opencontainers.image.ref.name": ref}}]}  # fmt: skip

@@ -20,15 +20,13 @@ import os
 import re
 import shutil
 import stat
-import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
-from dockerarch import __version__, engine, paths, process
+from dockerarch import __version__, engine, oci, paths, process
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import ensure_writable_dir, replace_dir, sha256_file, write_atomic
 from dockerarch.layers import CAPABILITY, Entry, LayerWriter
@@ -139,38 +137,15 @@ def remove_tree(path: Path) -> None:
 # --- layers from the engine --------------------------------------------------------------------
 
 
-def _layers(saved: Path) -> Iterator[tuple[str, tarfile.TarFile, tarfile.TarInfo]]:
-    """The layer blobs of a single-image `docker save` (an OCI layout), bottom first."""
-    with tarfile.open(saved) as archive:
-        index = json.load(_member(archive, "index.json"))
-        manifests = index.get("manifests") or []
-        if len(manifests) != 1:
-            raise UsageError("docker save wrote an index with more than one image",
-                             fix="Export one image at a time.")  # fmt: skip
-        digest = manifests[0]["digest"].split(":", 1)[1]
-        manifest = json.load(_member(archive, f"blobs/sha256/{digest}"))
-        for number, layer in enumerate(manifest["layers"], 1):
-            blob = f"blobs/sha256/{layer['digest'].split(':', 1)[1]}"
-            yield f"layer {number} ({layer['digest'][:19]})", archive, archive.getmember(blob)
-
-
-def _member(archive: tarfile.TarFile, name: str) -> IO[bytes]:
-    handle = archive.extractfile(name)
-    if handle is None:
-        raise UsageError(f"docker save wrote no {name}", fix="Docker 25 or later is needed.")
-    return handle
-
-
 def unpack_image(image: str, root: Path, work: Path, say: Say) -> dict[str, Entry]:
     """Every layer of ``image`` applied to the empty directory ``root``."""
     saved = work / "image.tar"
     say(f"reading the layers of {image}")
     engine.save_image(image, saved)
     writer = LayerWriter(root)
-    for name, archive, member in _layers(saved):
-        handle = archive.extractfile(member)
-        assert handle is not None
-        writer.apply(handle, f"{image} {name}")
+    with oci.open_saved(saved, image) as layout:
+        for name, handle in layout.layers():
+            writer.apply(handle, f"{image} {name}")
     writer.finish()
     saved.unlink()
     return writer.entries
