@@ -96,6 +96,14 @@ def build(
             "'cache' key). --no-cache still pushes a fresh one.",
         ),
     ] = None,
+    progress: Annotated[
+        str,
+        typer.Option(
+            "--progress",
+            help="'tty': a live line per target; 'plain': a line per step and per tenth of a "
+            "compile, for logs; 'auto': tty on a terminal.",
+        ),
+    ] = "auto",
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
     from dockerarch import accel as accel_module
@@ -106,6 +114,7 @@ def build(
     from dockerarch.render import plan
 
     accel_module.check_mode(accel)
+    live = progress_mode(progress)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
         settings=parse_set(settings or []), source=source,
@@ -129,7 +138,7 @@ def build(
     from dockerarch.progress import Board
 
     typer.echo(announcement(requests), err=True)
-    with Board(r.target.name for r in requests) as board:
+    with Board((r.target.name for r in requests), live=live) as board:
         results = build_module.run_jobs(requests, options, board)
     typer.echo(summary(results), err=True)
     failed = [r for r in results if r.error is not None]
@@ -193,6 +202,18 @@ def parse_use(pairs: list[str]) -> dict[str, Path]:
             )
         found[name.strip()] = Path(value.strip()).expanduser()
     return found
+
+
+def progress_mode(value: str) -> bool | None:
+    """--progress as the Board takes it: live (tty), plain, or decided by the terminal (auto)."""
+    from dockerarch.errors import UsageError
+
+    modes = {"auto": None, "tty": True, "plain": False}
+    if value not in modes:
+        raise UsageError(
+            f"--progress {value} is not a progress mode", fix="Give auto, tty or plain."
+        )
+    return modes[value]
 
 
 def announcement(requests: list[RenderRequest]) -> str:

@@ -132,6 +132,14 @@ def test_a_wheel_build_is_announced_by_its_packages_name() -> None:
     assert announcement(torch).startswith("building torch 2.6.0 for rpi3 (linux/arm/v7)")
 
 
+def test_progress_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    from dockerarch.cli.build import progress_mode
+
+    assert [progress_mode(m) for m in ("auto", "tty", "plain")] == [None, True, False]
+    code, _, err = run(["build", "qpulib", "--arch", "armv7", "--progress", "fancy"], capsys)
+    assert code == 2 and "--progress fancy is not a progress mode" in err and "Traceback" not in err
+
+
 def test_import_img_makes_the_base_of_one_target(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
