@@ -210,6 +210,8 @@ class Recipe:
     # Option defaults by target name (fnmatch patterns), after per_version's, before --set.
     per_target: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     refusals: tuple[Refusal, ...] = ()
+    # Source patches by version glob: files under contexts/<name>/patches/, applied in order.
+    patches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def supports(self, target: BoardTarget) -> bool:
         if target.arch.name not in self.arches:
@@ -265,6 +267,11 @@ class Recipe:
             values[key] = value
         return {key: self.options[key].check(values[key], self.name) for key in sorted(values)}
 
+    def patches_for(self, version: str) -> list[str]:
+        """The patches for ``version``, in the order recipe.yaml lists them."""
+        return [p for key, names in self.patches.items() if fnmatch.fnmatchcase(version, key)
+                for p in names]  # fmt: skip
+
     def check_combination(
         self, target: BoardTarget, version: str, options: Mapping[str, str]
     ) -> None:
@@ -294,8 +301,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
     "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers", "uses",
-    "native_python", "arch_targets", "per_target", "refuse",
+    "native_python", "arch_targets", "per_target", "refuse", "patches",
 )  # fmt: skip
+_PATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _CONTEXT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -389,6 +397,21 @@ def _refusals(value: Any, options: Mapping[str, RecipeOption], source: Path) -> 
             )
         )
     return tuple(rules)
+
+
+def _patches(value: Any, context: Path, source: Path) -> dict[str, tuple[str, ...]]:
+    found: dict[str, tuple[str, ...]] = {}
+    for key, raw in require_mapping(value, "patches", source).items():
+        names = _strings(raw, f"patches.{key}", source)
+        for name in names:
+            if not _PATCH_NAME.match(name):
+                raise ConfigError(f"'patches.{key}' in {source} lists {name!r}, not a NAME.patch")
+            if not (context / "patches" / name).is_file():
+                raise ConfigError(
+                    f"'patches.{key}' in {source} lists {name}, which is not in {context / 'patches'}"
+                )
+        found[str(key)] = names
+    return found
 
 
 def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Recipe:
@@ -493,6 +516,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         arch_targets=_arch_targets(top.get("arch_targets"), source),
         per_target=per_target,
         refusals=_refusals(top.get("refuse"), options, source),
+        patches=_patches(top.get("patches"), context, source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

@@ -140,6 +140,7 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
             "artifacts": list(recipe.artifacts),
             "apt": list(recipe.apt),
             "runtime_apt": list(recipe.runtime_apt),
+            "patches": recipe.patches_for(request.version),
         },
         "options": dict(sorted(request.options.items())),
         "package": (

@@ -319,6 +319,18 @@ def test_torch_from_debians_source_package() -> None:
     assert "git clone" in git and "source --only-source" not in git
 
 
+def test_torch_26_carries_its_patches_whatever_the_source() -> None:
+    """The recipe's patches for 2.6 are copied in and applied to the tree before setup.py, from
+    Debian's source as from git; other versions get none."""
+    for text in (_render("torch", "trixie-armv7"), _render("torch", "debian-aarch64")):
+        build = text.split(" AS build\n", 1)[1]
+        applied = build.index("patch -p1 --forward --fuzz=0")
+        assert build.index("COPY patches/ /tmp/dockerarch-patches/") < applied
+        assert "for p in 2.6-save-for-backward-format.patch;" in build
+        assert build.index("WORKDIR /src/pytorch") < applied < build.index("setup.py bdist_wheel")
+    assert "dockerarch-patches" not in _render("torch", "rpi3", version="1.4.0")
+
+
 def test_torch_for_armv7_is_debian_13s(capsys: pytest.CaptureFixture[str]) -> None:
     """`--arch armv7` means the recipe's own armv7 target (Debian 13, Debian's source package of
     torch 2.6.0), and says so; aarch64 keeps the arch's default target and git."""

@@ -91,7 +91,7 @@ def _recipe_from(tmp_path, text: str):  # type: ignore[no-untyped-def]
 
     (tmp_path / "t.Dockerfile.j2").write_text("FROM scratch\n")
     context = tmp_path / "t"
-    context.mkdir()
+    context.mkdir(exist_ok=True)
     (context / "recipe.yaml").write_text(
         'versions: {known: ["1.0", "2.0"], default: "2.0"}\n'
         "options: {MODE: {default: a, choices: [a, b]}}\n" + text
@@ -128,6 +128,8 @@ def test_refusals_hold_only_when_every_condition_does(tmp_path) -> None:  # type
         ("arch_targets: {armv9: {target: x, why: y}}\n", "valid arches"),
         ("arch_targets: {armv7: {target: trixie-armv7}}\n", "why"),
         ("per_target: {'trixie-*': {NOPE: x}}\n", "NOPE"),
+        ("patches: {'2.*': [missing.patch]}\n", "which is not in"),
+        ("patches: {'2.*': ['../x.patch']}\n", "not a NAME.patch"),
     ],
 )
 def test_bad_recipe_rules_are_configuration_errors(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -135,3 +137,12 @@ def test_bad_recipe_rules_are_configuration_errors(tmp_path, text: str, message:
 
     with pytest.raises(ConfigError, match=message):
         _recipe_from(tmp_path, text)
+
+
+def test_patches_are_chosen_by_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "t" / "patches").mkdir(parents=True)
+    for name in ("a.patch", "b.patch"):
+        (tmp_path / "t" / "patches" / name).write_text("")
+    recipe = _recipe_from(tmp_path, "patches: {'2.*': [a.patch, b.patch], '1.*': [b.patch]}\n")
+    assert recipe.patches_for("2.0") == ["a.patch", "b.patch"]
+    assert recipe.patches_for("1.0") == ["b.patch"] and recipe.patches_for("3.0") == []
