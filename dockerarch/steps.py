@@ -92,6 +92,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"fetching {fetch.group('spec')} from the index"
     if "/tmp/hello.c" in body:
         return "checking the grafted compiler"
+    if "/tmp/dockerarch-patches/" in body:
+        return "applying the recipe's patches"
     wheels = _NATIVE_WHEELS.search(body)
     if wheels:
         return f"fetching the native {', '.join(wheels.group('dists').split())} wheels"

@@ -135,3 +135,4 @@ def test_a_debian_source_package_step_says_what_it_fetches(mode: str) -> None:
     # hybrid: fetched natively, then handed to the emulated build stage
     assert ("copying the natively fetched sources" in said) == (mode == "hybrid")
     assert "compiling torch with setup.py" in said
+    assert said.index("applying the recipe's patches") < said.index("compiling torch with setup.py")
