@@ -210,7 +210,8 @@ class Recipe:
     # Option defaults by target name (fnmatch patterns), after per_version's, before --set.
     per_target: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     refusals: tuple[Refusal, ...] = ()
-    # Source patches by version glob: files under contexts/<name>/patches/, applied in order.
+    # Source patches: files under contexts/<name>/patches/, applied in order, keyed by a version
+    # glob and optional option conditions ("2.6.* SOURCE=debian").
     patches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def supports(self, target: BoardTarget) -> bool:
@@ -267,10 +268,17 @@ class Recipe:
             values[key] = value
         return {key: self.options[key].check(values[key], self.name) for key in sorted(values)}
 
-    def patches_for(self, version: str) -> list[str]:
-        """The patches for ``version``, in the order recipe.yaml lists them."""
-        return [p for key, names in self.patches.items() if fnmatch.fnmatchcase(version, key)
-                for p in names]  # fmt: skip
+    def patches_for(self, version: str, options: Mapping[str, str]) -> list[str]:
+        """The patches for ``version`` and ``options``, in the order recipe.yaml lists them. A
+        tree given with --source has SOURCE=--source here."""
+        chosen: list[str] = []
+        for key, names in self.patches.items():
+            glob, *conditions = key.split()
+            if fnmatch.fnmatchcase(version, glob) and all(
+                options.get(k) == v for k, _, v in (c.partition("=") for c in conditions)
+            ):
+                chosen.extend(names)
+        return chosen
 
     def check_combination(
         self, target: BoardTarget, version: str, options: Mapping[str, str]
@@ -399,9 +407,18 @@ def _refusals(value: Any, options: Mapping[str, RecipeOption], source: Path) -> 
     return tuple(rules)
 
 
-def _patches(value: Any, context: Path, source: Path) -> dict[str, tuple[str, ...]]:
+def _patches(
+    value: Any, context: Path, options: Mapping[str, RecipeOption], source: Path
+) -> dict[str, tuple[str, ...]]:
     found: dict[str, tuple[str, ...]] = {}
     for key, raw in require_mapping(value, "patches", source).items():
+        for condition in str(key).split()[1:]:
+            name, sep, _ = condition.partition("=")
+            if not sep or name not in options:
+                raise ConfigError(
+                    f"'patches.{key}' in {source}: {condition!r} is not OPTION=VALUE of an option "
+                    "of the recipe"
+                )
         names = _strings(raw, f"patches.{key}", source)
         for name in names:
             if not _PATCH_NAME.match(name):
@@ -516,7 +533,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         arch_targets=_arch_targets(top.get("arch_targets"), source),
         per_target=per_target,
         refusals=_refusals(top.get("refuse"), options, source),
-        patches=_patches(top.get("patches"), context, source),
+        patches=_patches(top.get("patches"), context, options, source),
     )
     for default_value in (opt.default for opt in options.values()):
         if not SAFE_VALUE.match(default_value):

@@ -140,7 +140,10 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
             "artifacts": list(recipe.artifacts),
             "apt": list(recipe.apt),
             "runtime_apt": list(recipe.runtime_apt),
-            "patches": recipe.patches_for(request.version),
+            "patches": recipe.patches_for(
+                request.version,
+                {**request.options, **({"SOURCE": "--source"} if request.source else {})},
+            ),
         },
         "options": dict(sorted(request.options.items())),
         "package": (

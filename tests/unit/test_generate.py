@@ -322,12 +322,15 @@ def test_torch_from_debians_source_package() -> None:
 def test_torch_26_carries_its_patches_whatever_the_source() -> None:
     """The recipe's patches for 2.6 are copied in and applied to the tree before setup.py, from
     Debian's source as from git; other versions get none."""
-    for text in (_render("torch", "trixie-armv7"), _render("torch", "debian-aarch64")):
+    debian, git = _render("torch", "trixie-armv7"), _render("torch", "debian-aarch64")
+    for text in (debian, git):
         build = text.split(" AS build\n", 1)[1]
         applied = build.index("patch -p1 --forward --fuzz=0")
         assert build.index("COPY patches/ /tmp/dockerarch-patches/") < applied
-        assert "for p in 2.6-save-for-backward-format.patch;" in build
         assert build.index("WORKDIR /src/pytorch") < applied < build.index("setup.py bdist_wheel")
+    # Debian's tree also gets its wheel's $ORIGIN back; a git tree has it
+    assert "for p in 2.6-save-for-backward-format.patch debian-2.6-wheel-rpath.patch;" in debian
+    assert "for p in 2.6-save-for-backward-format.patch;" in git
     assert "dockerarch-patches" not in _render("torch", "rpi3", version="1.4.0")
 
 

@@ -130,6 +130,7 @@ def test_refusals_hold_only_when_every_condition_does(tmp_path) -> None:  # type
         ("per_target: {'trixie-*': {NOPE: x}}\n", "NOPE"),
         ("patches: {'2.*': [missing.patch]}\n", "which is not in"),
         ("patches: {'2.*': ['../x.patch']}\n", "not a NAME.patch"),
+        ("patches: {'2.* NOPE=1': []}\n", "not OPTION=VALUE"),
     ],
 )
 def test_bad_recipe_rules_are_configuration_errors(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -143,6 +144,10 @@ def test_patches_are_chosen_by_version(tmp_path) -> None:  # type: ignore[no-unt
     (tmp_path / "t" / "patches").mkdir(parents=True)
     for name in ("a.patch", "b.patch"):
         (tmp_path / "t" / "patches" / name).write_text("")
-    recipe = _recipe_from(tmp_path, "patches: {'2.*': [a.patch, b.patch], '1.*': [b.patch]}\n")
-    assert recipe.patches_for("2.0") == ["a.patch", "b.patch"]
-    assert recipe.patches_for("1.0") == ["b.patch"] and recipe.patches_for("3.0") == []
+    recipe = _recipe_from(
+        tmp_path, "patches: {'2.*': [a.patch], '2.* MODE=b': [b.patch], '1.*': [b.patch]}\n"
+    )
+    assert recipe.patches_for("2.0", {"MODE": "a"}) == ["a.patch"]
+    assert recipe.patches_for("2.0", {"MODE": "b"}) == ["a.patch", "b.patch"]
+    assert recipe.patches_for("1.0", {"MODE": "a"}) == ["b.patch"]
+    assert recipe.patches_for("3.0", {"MODE": "b"}) == []
