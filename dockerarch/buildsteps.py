@@ -35,7 +35,12 @@ class Engine(Protocol):
     def copy_image(self, reference: str, to_context: str) -> None: ...
     def build_lines(self, spec: BuildSpec) -> Iterator[str]: ...
     def run_in_image(
-        self, image: str, platform: str, command: str, context: str | None = None
+        self,
+        image: str,
+        platform: str,
+        command: str,
+        context: str | None = None,
+        timeout: int | None = None,
     ) -> tuple[int, str]: ...
 
 
@@ -225,9 +230,16 @@ def smoke_test(job: JobState) -> None:
         return
     job.step("smoke test")
     code, output = job.engine.run_in_image(
-        job.image_tag, job.request.target.platform, command, job.route.context
+        job.image_tag, job.request.target.platform, command, job.route.context, SMOKE_TIMEOUT
     )
     job.log.write(f"### smoke test: {command}\n{output}\n")
+    if code == 124:
+        raise SmokeFailed(
+            f"{job.target}: the smoke test did not end within {SMOKE_TIMEOUT} s in {job.image_tag}: "
+            + " / ".join(output.strip().splitlines()[-3:]),
+            fix="A smoke test that hangs under QEMU is a failure too; see build.log for what it "
+            "printed. --no-smoke skips the test.",
+        )
     if code != 0:
         raise SmokeFailed(
             f"{job.target}: the smoke test failed in {job.image_tag} (exit code {code}): "
@@ -266,6 +278,8 @@ def write_manifest(job: JobState) -> None:
     }
     (job.landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
+
+SMOKE_TIMEOUT = 1800  # seconds: torch's smoke test takes about 5 minutes under QEMU
 
 STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("ensure base", ensure_base),

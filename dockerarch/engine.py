@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -337,12 +338,15 @@ class BuildFailed(EngineError):
 
 
 def run_in_image(
-    image: str, platform: str, command: str, context: str | None = None
+    image: str, platform: str, command: str, context: str | None = None, timeout: int | None = None
 ) -> tuple[int, str]:
     """Run ``sh -c command`` in a throw-away container; (exit code, output: stdout and stderr
-    together, so nothing of it reaches this process's terminal, and the log gets all of it)."""
+    together, so nothing of it reaches this process's terminal, and the log gets all of it).
+    With ``timeout`` (seconds) the image's own ``timeout`` ends it: exit code 124."""
     from python_on_whales.exceptions import DockerException
 
+    if timeout is not None:
+        command = f"exec timeout -k 10 {int(timeout)} sh -c {shlex.quote(command)}"
     try:
         output = client(context).run(
             image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True, tty=False

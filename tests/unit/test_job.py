@@ -74,9 +74,17 @@ class FakeEngine:
         yield "#7 DONE 1.2s\n"
 
     def run_in_image(
-        self, image: str, platform: str, command: str, context: str | None = None
+        self,
+        image: str,
+        platform: str,
+        command: str,
+        context: str | None = None,
+        timeout: int | None = None,
     ) -> tuple[int, str]:
         self.calls.append(f"run_in_image {image}")
+        assert timeout == buildsteps.SMOKE_TIMEOUT
+        if self.fail == "hang":
+            return 124, "waiting for the store\n"
         return (1, "Traceback\nImportError: nope\n") if self.fail == "smoke" else (0, "hello ok\n")
 
 
@@ -149,6 +157,7 @@ def test_a_failure_at_any_step_leaves_the_earlier_result_and_the_log(
         ("compile", buildsteps.BuildStepFailed, "the build failed at [build 3/4] RUN make -j2"),
         ("killed", buildsteps.BuildStopped, "docker buildx was killed (signal 9) while compiling qpulib with make"),
         ("smoke", buildsteps.SmokeFailed, "the smoke test failed in dockerarch/qpulib:master-debian-armv7 (exit code 1)"),
+        ("hang", buildsteps.SmokeFailed, "the smoke test did not end within 1800 s"),
     ],
 )  # fmt: skip
 def test_what_the_engine_does_wrong_is_told_as_such(
