@@ -187,8 +187,14 @@ def boot(
         "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,romfile=",
     ]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
-    console = done.stdout + done.stderr + f"\n[qemu ran {time.monotonic() - started:.1f} s]\n"
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        console = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:  # the console so far says where it hangs
+        said = [b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+                for b in (exc.stdout, exc.stderr)]  # fmt: skip
+        console = "".join(said) + f"\n[qemu stopped: no power-off within {timeout:.0f} s]"
+    console += f"\n[qemu ran {time.monotonic() - started:.1f} s]\n"
     found = re.search(r"DOCKERARCH-BOARD: exit (\d+)", console)
     return (int(found.group(1)) if found else None), console
