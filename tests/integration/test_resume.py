@@ -110,9 +110,12 @@ def build_until_half(project: Path, out: Path, stop: str) -> str:
     it is half-way; its standard error."""
     command = [sys.executable, "-m", "dockerarch", "build", "many", "--arch", "armv7",
                "--out", str(out)]  # fmt: skip
+    # SIGINT as a terminal gives it, whatever this suite's own was (a background job's is
+    # ignored, and an ignored signal stays ignored across exec)
     proc = subprocess.Popen(
-        command, cwd=project, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+        command, cwd=project, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     assert proc.stderr is not None
     said = []
     deadline = time.monotonic() + 1800
