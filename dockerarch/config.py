@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,38 @@ def reject_unknown(
             )
 
 
+_INDEX_URL = "http://127.0.0.1:3141/dockerarch/{target}/"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexConfig:
+    """The Python package index wheels are uploaded to: one index per board target, its URL a
+    template with ``{target}``, so that pip on a board only ever sees wheels made for its OS
+    release (as piwheels keeps one index per Raspberry Pi OS release). ``url`` is where uploads go
+    (the legacy upload API twine speaks), ``simple`` where pip reads (PEP 503/691)."""
+
+    url: str = _INDEX_URL
+    simple: str = _INDEX_URL + "+simple/"
+    ca: Path | None = None  # a CA bundle that signed the index's TLS certificate
+
+    def upload_url(self, target: str) -> str:
+        return self.url.replace("{target}", target)
+
+    def simple_url(self, target: str) -> str:
+        return self.simple.replace("{target}", target)
+
+    @property
+    def server(self) -> str:
+        """scheme://host[:port] of the upload URL."""
+        parts = urllib.parse.urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def loopback(self) -> bool:
+        host = urllib.parse.urlsplit(self.url).hostname or ""
+        return host == "localhost" or host.startswith("127.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RegistryConfig:
     """Where images and multi-arch indexes are pushed, and boards pull from."""
@@ -86,6 +119,7 @@ class RegistryConfig:
     namespace: str = "dockerarch"
     cache: bool = False  # share build caches through the registry (dockerarch build)
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
+    index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
     source: str = "built-in defaults"
 
     @property
@@ -147,7 +181,7 @@ def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
 
 def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
-    reject_unknown(top, ["registry"], "", path)
+    reject_unknown(top, ["registry", "index"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
     reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache"], "registry", path)
     defaults = RegistryConfig()
@@ -191,7 +225,70 @@ def parse_registry_config(path: Path) -> RegistryConfig:
                 f"'registry.ca' in {path} names {ca_path}, which is not a file",
                 fix="Point it at the PEM file of the CA that signed the registry's certificate.",
             )
+    index = parse_index_section(top.get("index"), path) if "index" in top else IndexConfig()
     return RegistryConfig(
         address=address, insecure=insecure, ca=ca_path, namespace=namespace, cache=cache,
-        source=str(path),
+        index=index, source=str(path),
     )  # fmt: skip
+
+
+def _index_url(value: Any, key: str, path: Path) -> str:
+    text = str(value)
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"'index.{key}' in {path} is {text!r}, not an http:// or https:// URL",
+            fix="Write it like http://127.0.0.1:3141/dockerarch/{target}/.",
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"'index.{key}' in {path} carries credentials in the URL; they would end up in logs "
+            "and in what boards are told",
+            fix="Drop them from the URL and keep them where twine looks: ~/.pypirc, keyring, or "
+            "TWINE_USERNAME/TWINE_PASSWORD.",
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 0 < port <= 65535:
+        raise ConfigError(f"'index.{key}' in {path} has a port no TCP port is (1-65535): {text!r}",
+                          fix="Write the port the index listens on.")  # fmt: skip
+    if "{target}" not in parts.path:
+        raise ConfigError(
+            f"'index.{key}' in {path} is {text!r}, which has no {{target}} in its path: every "
+            "board target needs its own index (an armv7 wheel for bookworm is wrong on trixie, "
+            "and pip cannot tell)",
+            fix="Put {target} where the index name goes, e.g. http://HOST:3141/dockerarch/"
+            "{target}/ (devpi) or https://HOST/repository/{target}/ (Nexus).",
+        )
+    return text if text.endswith("/") else text + "/"
+
+
+def parse_index_section(value: Any, path: Path) -> IndexConfig:
+    section = require_mapping(value, "index", path)
+    reject_unknown(section, ["url", "simple", "ca"], "index", path)
+    if "url" in section and "simple" not in section:
+        raise ConfigError(
+            f"'index.url' in {path} is set but 'index.simple' is not: where pip reads an index "
+            "differs between servers",
+            fix="Add it: devpi serves URL+simple/ as .../{target}/+simple/, pypiserver and Nexus "
+            "as .../{target}/simple/.",
+        )
+    defaults = IndexConfig()
+    url = _index_url(section.get("url", defaults.url), "url", path)
+    simple = _index_url(section.get("simple", defaults.simple), "simple", path)
+    ca_path = None
+    if section.get("ca") is not None:
+        ca_path = (path.parent / str(section["ca"])).resolve()
+        if not url.startswith("https://"):
+            raise ConfigError(
+                f"'index.ca' in {path} is set for a plain-HTTP index ({url})",
+                fix="Use an https:// URL with the CA, or drop 'ca'.",
+            )
+        if not ca_path.is_file():
+            raise ConfigError(
+                f"'index.ca' in {path} names {ca_path}, which is not a file",
+                fix="Point it at the PEM file of the CA that signed the index's certificate.",
+            )
+    return IndexConfig(url=url, simple=simple, ca=ca_path)
