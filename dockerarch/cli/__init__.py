@@ -65,6 +65,7 @@ def _register() -> None:
         recipes,
         rootfs,
         targets,
+        upload,
         verify,
     )  # fmt: skip
 
@@ -75,6 +76,7 @@ def _register() -> None:
     app.add_typer(base.app, name="base")
     app.command("build")(build.build)
     app.command("push")(push.push)
+    app.command("upload")(upload.upload)
     app.command("export-rootfs")(rootfs.export_rootfs)
     app.command("chroot")(rootfs.chroot)
     app.add_typer(nfs.app, name="nfs")

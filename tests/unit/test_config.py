@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_repository_registry_yaml_loads() -> None:
     config = load_registry_config(REPO / "registry.yaml")
     assert config.address == "127.0.0.1:5000"
+    # One package index per board target, on the devpi-server that scripts/setup-host runs.
+    assert config.index.upload_url("rpi3") == "http://127.0.0.1:3141/dockerarch/rpi3/"
+    assert config.index.simple_url("rpi3") == "http://127.0.0.1:3141/dockerarch/rpi3/+simple/"
+    assert config.index == RegistryConfig().index and config.index.loopback
     assert config.api_url == "http://127.0.0.1:5000/v2/"
     assert config.cache is False  # the registry cache is asked for, not assumed
 
@@ -46,6 +50,15 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("registry:\n  address: [\n", ":3 is not valid YAML"),
         ("registry:\n  address: 127.0.0.1:70000\n", "has port 70000, which no TCP port is"),
         ("registry:\n  address: 127.0.0.1:0\n", "has port 0, which no TCP port is"),
+        ("index:\n  urll: x\n", "Unknown key 'index.urll'"),
+        ("index:\n  url: ftp://h/{target}/\n  simple: http://h/{target}/\n", "not an http://"),
+        ("index:\n  url: http://h/all/\n  simple: http://h/{target}/\n", "has no {target}"),
+        ("index:\n  url: http://u:pw@h/{target}/\n  simple: http://h/{target}/simple/\n",
+         "carries credentials in the URL"),
+        ("index:\n  url: http://h:99999/{target}/\n  simple: http://h/{target}/simple/\n",
+         "has a port no TCP port is"),
+        ("index:\n  url: http://h/{target}/\n", "'index.simple' is not"),
+        ("index:\n  ca: ca.pem\n", "plain-HTTP index"),
     ],
 )
 def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None:
@@ -111,3 +124,15 @@ def test_builtin_defaults_are_the_shipped_file(
     assert config.source == "built-in defaults"
     repo = load_registry_config(REPO / "registry.yaml")
     assert dataclasses.replace(repo, source="built-in defaults") == config
+
+
+def test_an_index_elsewhere(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    path = tmp_path / "registry.yaml"
+    path.write_text("index:\n  url: https://nexus.example.invalid/repository/{target}\n"
+                    "  simple: https://nexus.example.invalid/repository/{target}/simple/\n"
+                    "  ca: ca.pem\n")  # fmt: skip
+    index = load_registry_config(path).index
+    assert index.upload_url("pynq-zu") == "https://nexus.example.invalid/repository/pynq-zu/"
+    assert index.ca == tmp_path / "ca.pem" and not index.loopback
+    assert index.server == "https://nexus.example.invalid"

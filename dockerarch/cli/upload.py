@@ -1,0 +1,75 @@
+"""``dockerarch upload``: verified wheels into each target's package index, for pip on boards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def upload(
+    recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
+    arch: Annotated[
+        str | None, typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list.")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="Board targets, e.g. rpi3,pynq-zu.")
+    ] = None,
+    version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
+    package: Annotated[
+        str | None, typer.Option("--package", "-p", help="wheel recipe: what was built.")
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Recipe options, as built."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
+        "dist"
+    ),
+    archive_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--archive",
+            metavar="DIR",
+            help="For boards that reach no index: write a static index per target into DIR "
+            "(PEP 503 and 691 pages, sha256 in every link) that any web server or pip "
+            "--index-url file://DIR/<target>/simple/ serves as is, instead of uploading.",
+        ),
+    ] = None,
+) -> None:
+    """Publish the verified wheels of a build to each target's package index (registry.yaml's
+    index:, one index per board target), checked at the door against the target's ABI, and print
+    what a board runs to pip install them."""
+    from dockerarch import pkgindex
+    from dockerarch.base import STATE_DIR
+    from dockerarch.config import load_registry_config
+    from dockerarch.recipes import parse_set
+    from dockerarch.render import plan
+
+    requests = plan(
+        recipe, arch=arch, target=target, version=version, package=package,
+        settings=parse_set(settings or []),
+    )  # fmt: skip
+    wheels = pkgindex.find_wheels(requests, out)
+    if archive_dir is not None:
+        for done in pkgindex.archive(wheels, archive_dir, say=_say):
+            typer.echo(str(done.path))
+        for name in sorted({w.target.name for w in wheels}):
+            simple = (archive_dir / name / "simple").resolve()
+            typer.echo(f"on a {name} board: pip install --index-url file://{simple}/ "
+                       "--only-binary :all: ... (or serve the directory with any web server)",
+                       err=True)  # fmt: skip
+        return
+    config = load_registry_config().index
+    typer.echo(f"publishing {len(wheels)} wheel{'s' if len(wheels) != 1 else ''} to "
+               f"{config.server} (one index per target)", err=True)  # fmt: skip
+    outcomes = pkgindex.upload(wheels, config, state_dir=STATE_DIR, say=_say)
+    for outcome in outcomes:
+        typer.echo(f"{outcome.url}#sha256={outcome.wheel.sha256}")
+    for line in pkgindex.board_lines(outcomes, config):
+        typer.echo(line, err=True)
+
+
+def _say(line: str) -> None:
+    typer.echo(f"  {line}", err=True)
