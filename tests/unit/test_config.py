@@ -53,10 +53,14 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("index:\n  urll: x\n", "Unknown key 'index.urll'"),
         ("index:\n  url: ftp://h/{target}/\n  simple: http://h/{target}/\n", "not an http://"),
         ("index:\n  url: http://h/all/\n  simple: http://h/{target}/\n", "has no {target}"),
-        ("index:\n  url: http://u:pw@h/{target}/\n  simple: http://h/{target}/simple/\n",
-         "carries credentials in the URL"),
-        ("index:\n  url: http://h:99999/{target}/\n  simple: http://h/{target}/simple/\n",
-         "has a port no TCP port is"),
+        (
+            "index:\n  url: http://u:pw@h/{target}/\n  simple: http://h/{target}/simple/\n",
+            "carries credentials in the URL",
+        ),
+        (
+            "index:\n  url: http://h:99999/{target}/\n  simple: http://h/{target}/simple/\n",
+            "has a port no TCP port is",
+        ),
         ("index:\n  url: http://h/{target}/\n", "'index.simple' is not"),
         ("index:\n  ca: ca.pem\n", "plain-HTTP index"),
     ],

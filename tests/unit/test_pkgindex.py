@@ -95,7 +95,11 @@ def test_credentials_come_from_twines_places_in_twines_order(
         "[other]\nrepository = https://elsewhere.example.invalid/\nusername = o\npassword = p-o\n"
     )
     found = pkgindex.credentials(url, state_dir=state, home=home)
-    assert (found.username, found.password, found.source) == ("l", "p-long", f"{home}/.pypirc [long]")
+    assert (found.username, found.password, found.source) == (
+        "l",
+        "p-long",
+        f"{home}/.pypirc [long]",
+    )
     monkeypatch.setenv("TWINE_USERNAME", "ci")
     monkeypatch.setenv("TWINE_PASSWORD", "from-env")
     found = pkgindex.credentials(url, state_dir=state, home=home)
@@ -128,7 +132,10 @@ def test_project_pages_are_read_in_both_forms() -> None:
                                   "hashes": {"sha256": digest}}]}).encode()  # fmt: skip
     files = pkgindex.parse_project_page(body, pkgindex.SIMPLE_JSON, base)
     assert files["demo-1.0.whl"]["sha256"] == digest
-    assert files["demo-1.0.whl"]["url"] == "http://127.0.0.1:3141/dockerarch/rpi3/+simple/f/demo-1.0.whl"
+    assert (
+        files["demo-1.0.whl"]["url"]
+        == "http://127.0.0.1:3141/dockerarch/rpi3/+simple/f/demo-1.0.whl"
+    )
 
 
 def test_the_archive_is_a_static_index_per_target(tmp_path: Path) -> None:
