@@ -180,6 +180,33 @@ def check_registry(config: RegistryConfig) -> CheckResult:
     )
 
 
+def check_index(config: RegistryConfig) -> CheckResult:
+    """The package index `dockerarch upload` publishes to answers the simple API."""
+    name = "package index"
+    index = config.index
+    where = "registry.yaml" if config.source == RegistryConfig().source else config.source
+    fix = (
+        f"Start the local one with {SETUP}, or set index.url and index.simple in {where}."
+        if index.loopback
+        else f"Check that the index at {index.server} is up, or fix index: in {where}."
+    )
+    url = index.simple_url("any-target").rsplit("any-target", 1)[0]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(index.server + "/", headers={"Accept": "text/html"})
+    try:
+        with opener.open(request, timeout=5) as response:
+            server = response.headers.get("X-Devpi-Server-Version")
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            return _failed(name, f"{index.server} answered HTTP {exc.code} {exc.reason}", fix)
+        server = exc.headers.get("X-Devpi-Server-Version")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return _failed(name, f"nothing answers at {index.server} ({reason})", fix)
+    what = f"devpi-server {server}" if server else "an HTTP server"
+    return _passed(name, f"{index.server} answers ({what}); indexes per target under {url}")
+
+
 def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
     name = "disk space"
     if not daemon_ok:
@@ -222,6 +249,7 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         _guarded("builder platforms", lambda: check_builder(daemon.ok)),
         *(_guarded(f"run {a} binary", functools.partial(check_runs, a)) for a in arm_probe.PROBES),
         _guarded("registry", lambda: check_registry(registry)),
+        _guarded("package index", lambda: check_index(registry)),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib)),
     ]
     return results

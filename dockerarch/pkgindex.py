@@ -16,8 +16,10 @@ or results. manifest.json records what was published where, with sha256.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import html
 import html.parser
+import io
 import json
 import os
 import re
@@ -361,7 +363,8 @@ class Index:
             repository.set_certificate_authority(str(self.config.ca))
         try:
             package = PackageFile.from_filename(str(wheel.path), comment=None)
-            response = repository.upload(package)
+            with contextlib.redirect_stdout(io.StringIO()):  # twine prints "Uploading ..."
+                response = repository.upload(package)
         except requests.RequestException as exc:
             raise PackageIndexError(
                 f"Uploading {wheel.path.name} to {self.upload_url} failed: {_reason(exc)}",

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from dockerarch import doctor
-from dockerarch.config import RegistryConfig
+from dockerarch.config import IndexConfig, RegistryConfig
 
 from .conftest import dockerarch
 
@@ -58,4 +58,16 @@ def test_registry_from_registry_yaml_is_the_one_checked(tmp_path: Path) -> None:
 def test_registry_nobody_listening() -> None:
     result = doctor.check_registry(RegistryConfig(address="127.0.0.1:9"))
     assert not result.ok and "nothing answers at http://127.0.0.1:9/v2/" in result.detail
+    assert result.fix is not None and "scripts/setup-host" in result.fix
+
+
+def test_the_package_index_is_checked() -> None:
+    result = doctor.check_index(RegistryConfig())  # the one scripts/setup-host runs
+    assert result.ok, result.detail
+    assert "devpi-server" in result.detail and "/dockerarch/" in result.detail
+    dead = IndexConfig(
+        url="http://127.0.0.1:9/d/{target}/", simple="http://127.0.0.1:9/d/{target}/s/"
+    )
+    result = doctor.check_index(RegistryConfig(index=dead))
+    assert not result.ok and "nothing answers at http://127.0.0.1:9" in result.detail
     assert result.fix is not None and "scripts/setup-host" in result.fix
