@@ -25,7 +25,7 @@ def test_second_run_changes_nothing_and_says_so() -> None:
 
 
 def test_stop_then_start_again() -> None:
-    pids = {name: (STATE / f"{name}.pid") for name in ("registry", "dockerd")}
+    pids = {name: (STATE / f"{name}.pid") for name in ("index", "registry", "dockerd")}
     started_here = {name: p.exists() for name, p in pids.items()}
     stopped = setup_host("--stop")
     try:
@@ -45,6 +45,8 @@ def test_stop_then_start_again() -> None:
     assert again.returncode == 0, again.stdout + again.stderr
     if started_here["registry"]:
         assert "done           registry started at" in again.stdout
+    if started_here["index"]:
+        assert "done           package index started at" in again.stdout
     assert dockerarch("doctor").returncode == 0
 
 
@@ -54,31 +56,47 @@ def test_unknown_option() -> None:
     assert "unknown option '--bogus'" in done.stderr
 
 
-def test_registry_address_for_boards(tmp_path: Path) -> None:
-    """--registry-addr 0.0.0.0:PORT runs the registry where boards reach it (every address of
-    this machine); its own state directory keeps it apart from the main one."""
+def test_registry_and_index_addresses_for_boards(tmp_path: Path) -> None:
+    """--registry-addr and --index-addr 0.0.0.0:PORT run the registry and the package index
+    where boards reach them (every address of this machine); their own state directory keeps
+    them apart from the main ones."""
     import socket
 
     from .registries import free_port
 
-    port = free_port()
+    port, index_port = free_port(), free_port()
     env = {**os.environ, "DOCKERARCH_STATE_DIR": str(tmp_path)}
-    run = [SETUP, "--registry-addr", f"0.0.0.0:{port}"]
+    run = [SETUP, "--registry-addr", f"0.0.0.0:{port}", "--index-addr", f"0.0.0.0:{index_port}"]
     done = subprocess.run(run, capture_output=True, text=True, timeout=900, env=env)
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"registry started at 0.0.0.0:{port}" in done.stdout
+        assert f"package index started at 0.0.0.0:{index_port}" in done.stdout
         listening = [line.split() for name in ("tcp", "tcp6")
                      for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]]  # fmt: skip
         local = {fields[1] for fields in listening if fields[3] == "0A"}  # LISTEN
-        # Bound to every address (0.0.0.0, or :: dual-stack), not only loopback.
-        assert local & {f"00000000:{port:04X}", f"{'0' * 32}:{port:04X}"}, sorted(local)
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass
+        for p in (port, index_port):
+            # Bound to every address (0.0.0.0, or :: dual-stack), not only loopback.
+            assert local & {f"00000000:{p:04X}", f"{'0' * 32}:{p:04X}"}, sorted(local)
+            with socket.create_connection(("127.0.0.1", p), timeout=5):
+                pass
+        # The index's credentials are readable by root only.
+        assert (tmp_path / "index" / "pypirc").stat().st_mode & 0o077 == 0
+        assert (
+            f"repository = http://127.0.0.1:{index_port}/"
+            in (tmp_path / "index" / "pypirc").read_text()
+        )
     finally:
         stopped = subprocess.run([SETUP, "--stop"], capture_output=True, text=True, env=env)
+    assert "stopped index (pid" in stopped.stdout
     assert "stopped registry (pid" in stopped.stdout
     assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
+
+
+def test_bad_index_address() -> None:
+    done = setup_host("--index-addr", "0.0.0.0:99999")
+    assert done.returncode == 2
+    assert "package index address '0.0.0.0:99999' is not HOST:PORT" in done.stderr
 
 
 def test_bad_registry_address() -> None:
