@@ -47,6 +47,7 @@ class ArtifactReport:
     glibc: str | None  # highest GLIBC_ version needed
     glibcxx: str | None
     top_level: tuple[str, ...] = field(default=())  # a wheel's importable top-level names
+    elf_members: tuple[str, ...] = field(default=())  # the archive's ELF files, by member name
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -203,6 +204,7 @@ def verify(path: Path, target: BoardTarget) -> ArtifactReport:
     glibc: tuple[int, ...] | None = None
     glibcxx: tuple[int, ...] | None = None
     count = 0
+    elf_names: list[str] = []
     top_level: tuple[str, ...] = ()
     platform = None
     try:
@@ -219,6 +221,7 @@ def verify(path: Path, target: BoardTarget) -> ArtifactReport:
         for member, facts in _elf_members(path.name, members):
             check_elf(facts, target, path.name, member)
             count += 1
+            elf_names.append(member)
             glibc = max(filter(None, (glibc, facts.highest("GLIBC"))), default=None)
             glibcxx = max(filter(None, (glibcxx, facts.highest("GLIBCXX"))), default=None)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError) as exc:
@@ -231,6 +234,7 @@ def verify(path: Path, target: BoardTarget) -> ArtifactReport:
         name=path.name, sha256=digest, size=path.stat().st_size, kind=kind, elf_files=count,
         glibc=elf.version_text(glibc) if glibc else None,
         glibcxx=elf.version_text(glibcxx) if glibcxx else None, top_level=top_level,
+        elf_members=tuple(elf_names),
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ tests), and to the user only through the state's progress callbacks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from dockerarch import __version__, accel, artifacts, builders, paths, steps
+from dockerarch import __version__, accel, artifacts, builders, libneeds, paths, steps
+from dockerarch.artifacts import VerificationError
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
 from dockerarch.render import RenderRequest, render
@@ -87,6 +89,8 @@ class JobState:
     drivers: accel.DriverReport | None = None
     reports: list[artifacts.ArtifactReport] = field(default_factory=list)
     image_tag: str | None = None
+    sonames: str = ""  # the build stage's soname<TAB>package table (libneeds.SONAMES_EXPORT)
+    needs_apt: list[str] = field(default_factory=list)  # packages the artifacts' libraries need
     image_id: str | None = None
     smoke_output: str | None = None
     hybrid: dict[str, int] | None = None
@@ -156,6 +160,10 @@ def build_artifacts(job: JobState) -> None:
         node_context=job.route.context, build_contexts=job.contexts,
     )  # fmt: skip
     stream(job, spec, "starting buildx")
+    sonames = job.landing / libneeds.SONAMES_EXPORT
+    if sonames.is_file():  # the build stage's library table, out of the artifacts
+        job.sonames = sonames.read_text(errors="replace")
+        sonames.unlink()
     toolchain = job.request.toolchain
     if toolchain is None:
         return
@@ -215,8 +223,44 @@ def runtime_image(job: JobState) -> None:
         node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
     )  # fmt: skip
     stream(job, spec, "runtime image")
+    missing = _missing_libraries(job)
+    if missing:
+        job.needs_apt = libneeds.packages_for(missing, job.sonames, job.target)
+        sonames = ", ".join(sorted({m.soname for m in missing}))
+        job.say(f"the artifacts need {sonames}, which the base lacks: installing "
+                f"{' '.join(job.needs_apt)} in the runtime image")  # fmt: skip
+        spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(job.needs_apt)})
+        stream(job, spec, "runtime image")
+        still = _missing_libraries(job)
+        if still:
+            raise VerificationError(
+                f"{still[0].path} still cannot find {still[0].soname} in {job.image_tag} after "
+                f"installing {' '.join(job.needs_apt)}",
+                fix="See build.log; the package that shipped it in the build stage does not put "
+                "it where the loader looks at run time.",
+            )
+        job.say(f"on a board: apt install {' '.join(job.needs_apt)}")
     found = job.engine.image_labels(job.image_tag, job.route.context)
     job.image_id = found[0] if found else None
+
+
+def _missing_libraries(job: JobState) -> list[libneeds.Missing]:
+    """Every needed library of the installed artifacts that the target's loader does not find
+    in the runtime image (ldd under QEMU)."""
+    command = libneeds.check_command(job.reports)
+    if command is None or job.image_tag is None:
+        return []
+    code, output = job.engine.run_in_image(
+        job.image_tag, job.request.target.platform, command, job.route.context, SMOKE_TIMEOUT
+    )
+    job.log.write(f"### shared libraries: {command}\n{output}\n")
+    if code != 0:
+        raise SmokeFailed(
+            f"{job.target}: checking the artifacts' shared libraries in {job.image_tag} failed "
+            f"(exit code {code}): " + " / ".join(output.strip().splitlines()[-3:]),
+            fix="See build.log.",
+        )
+    return libneeds.parse(output, job.reports)
 
 
 def smoke_test(job: JobState) -> None:
@@ -270,6 +314,7 @@ def write_manifest(job: JobState) -> None:
         "accel": job.decision.accel,
         "hybrid": job.hybrid,
         "drivers": job.drivers.as_dict() if job.drivers else None,
+        "needs_apt": job.needs_apt,
         "smoke": job.smoke_output,
         "steps": [{"step": name, "seconds": round(s, 1)} for name, s in job.timings],
         "seconds": round(time.monotonic() - job.started, 1),

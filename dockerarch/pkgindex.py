@@ -40,6 +40,7 @@ from dockerarch.artifacts import VerificationError
 from dockerarch.config import IndexConfig
 from dockerarch.errors import DockerarchError, OutputError, UsageError
 from dockerarch.files import sha256_file, write_atomic
+from dockerarch.publish import read_result
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
@@ -62,6 +63,7 @@ class Wheel:
     path: Path
     sha256: str
     result: Path  # the build's result directory (its manifest.json)
+    needs_apt: tuple[str, ...] = ()  # the target's packages its shared libraries need
 
     @property
     def project(self) -> str:
@@ -90,20 +92,7 @@ def find_wheels(requests_: list[RenderRequest], out: Path) -> list[Wheel]:
     wheels = []
     for request in requests_:
         target = request.target
-        directory = out / target.name / request.result_name
-        spec = request.package and (request.package.local or request.package.spec)
-        package = f" --package {spec}" if spec else ""
-        rebuild = f"dockerarch build {request.recipe.name}{package} --target {target.name}" + (
-            f" --out {out}" if out != Path("dist") else ""
-        )
-        try:
-            manifest = json.loads((directory / "manifest.json").read_text())
-        except FileNotFoundError:
-            raise UsageError(f"Nothing built for {target.name} in {directory}",
-                             fix=f"Build it first: {rebuild}.") from None  # fmt: skip
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"Cannot read {directory / 'manifest.json'}: {exc}",
-                             fix=f"Build it again: {rebuild}.") from exc  # fmt: skip
+        directory, manifest, rebuild = read_result(request, out)
         found = [a for a in manifest.get("artifacts", []) if a.get("kind") == "wheel"]
         if not found:
             kinds = sorted({str(a.get("kind")) for a in manifest.get("artifacts", [])})
@@ -125,7 +114,9 @@ def find_wheels(requests_: list[RenderRequest], out: Path) -> list[Wheel]:
                     f"manifest.json says {str(artifact.get('sha256'))[:16]}...)",
                     fix=f"What is published must be what was verified: build it again: {rebuild}.",
                 )
-            wheels.append(Wheel(target=target, path=path, sha256=digest, result=directory))
+            needs = tuple(str(p) for p in manifest.get("needs_apt") or ())
+            wheels.append(Wheel(target=target, path=path, sha256=digest, result=directory,
+                                needs_apt=needs))  # fmt: skip
     return wheels
 
 
@@ -489,6 +480,9 @@ def board_lines(outcomes: list[Outcome], config: IndexConfig) -> list[str]:
         trusted = f" --trusted-host {host}" if plain else ""
         lines.append(f"on a {target.name} board ({target.distro} {target.suite}, Python "
                      f"{target.python}):")  # fmt: skip
+        needs = sorted({p for o in group for p in o.wheel.needs_apt})
+        if needs:
+            lines.append(f"  apt install {' '.join(needs)}   # shared libraries the wheels need")
         lines.append(f"  pip install --index-url {simple}{trusted} --only-binary :all: {reqs}")
         lines.append("  or for every pip install, in /etc/pip.conf (pip's default index stays "
                      "for pure-Python dependencies):")  # fmt: skip

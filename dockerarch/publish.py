@@ -65,49 +65,60 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     found = []
     for request in requests:
         target = request.target
-        directory = out / target.name / request.result_name
-        spec = request.package and (request.package.local or request.package.spec)
-        package = f" --package {shlex.quote(str(spec))}" if spec else ""
-        rebuild = f"Build it first: dockerarch build {request.recipe.name}{package} --target {target.name}"
-        try:
-            data = json.loads((directory / "manifest.json").read_text())
-        except FileNotFoundError:
-            raise UsageError(
-                f"Nothing built for {target.name} in {directory}",
-                fix=rebuild + (f" --out {out}." if out != Path("dist") else "."),
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"Cannot read {directory / 'manifest.json'}: {exc}",
-                             fix=rebuild + ".") from exc  # fmt: skip
+        directory, data, rebuild = read_result(request, out)
         image = data.get("image") or {}
         tag, image_id = image.get("tag"), image.get("id")
         if not tag or not image_id:
             raise UsageError(
                 f"The build in {directory} made no runtime image (built with --no-smoke?)",
-                fix=rebuild + " (without --no-smoke): its runtime image is what boards pull.",
+                fix=f"Build it first: {rebuild}"
+                + " (without --no-smoke): its runtime image is what boards pull.",
             )
         local = engine.image_labels(tag)
         if local is None:
             raise UsageError(
                 f"The runtime image {tag} that {directory} records is not in the engine",
-                fix=rebuild + ": the engine lost it (pruned, or another machine built it).",
+                fix=f"Build it first: {rebuild}"
+                + ": the engine lost it (pruned, or another machine built it).",
             )
         if local[0] != image_id:
             raise UsageError(
                 f"{tag} is now image {local[0][:19]}, not the {image_id[:19]} that "
                 f"{directory / 'manifest.json'} records (rebuilt since, or the result is older)",
-                fix=rebuild + ", then push: what is pushed must be what was verified.",
+                fix=f"Build it first: {rebuild}"
+                + ", then push: what is pushed must be what was verified.",
             )
         platform = engine.image_platform(tag)
         if platform.split("/")[:2] != target.platform.split("/")[:2]:
             raise UsageError(
                 f"{tag} is a {platform} image, but {target.name} is {target.platform}",
-                fix=rebuild + ".",
+                fix=f"Build it first: {rebuild}" + ".",
             )
         dist = request.result_name.rsplit("-", 1)[0]
         found.append(Built(target=target, directory=directory, name=dist,
                            version=request.version, image_tag=tag, image_id=image_id))  # fmt: skip
     return found
+
+
+def read_result(request: RenderRequest, out: Path) -> tuple[Path, dict[str, Any], str]:
+    """A build result's directory in ``out``, its manifest.json, and the command that makes it
+    again (for messages); a result that is missing or unreadable is a UsageError saying so."""
+    target = request.target
+    directory = out / target.name / request.result_name
+    spec = request.package and (request.package.local or request.package.spec)
+    package = f" --package {shlex.quote(str(spec))}" if spec else ""
+    rebuild = f"dockerarch build {request.recipe.name}{package} --target {target.name}" + (
+        f" --out {out}" if out != Path("dist") else ""
+    )
+    try:
+        data = json.loads((directory / "manifest.json").read_text())
+    except FileNotFoundError:
+        raise UsageError(f"Nothing built for {target.name} in {directory}",
+                         fix=f"Build it first: {rebuild}.") from None  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"Cannot read {directory / 'manifest.json'}: {exc}",
+                         fix=f"Build it again: {rebuild}.") from exc  # fmt: skip
+    return directory, data, rebuild
 
 
 def check_platforms(requests: list[RenderRequest]) -> None:

@@ -66,11 +66,15 @@ def _describe(stage: str, command: str, subject: str) -> str:
         if "--from=build" in rest:
             return "collecting the artifacts"
         return "copying files"
-    if verb in ("ENV", "WORKDIR"):
+    if verb in ("ENV", "WORKDIR", "ARG"):
         return "setting up"
     if verb != "RUN":
         return _first_words(command)
     body = _MOUNT.sub("", rest)
+    if "DOCKERARCH_NEEDS" in body:
+        return "runtime packages: the libraries the artifacts need"
+    if "dockerarch-sonames.tsv" in body:
+        return "listing which package ships each shared library"
     apt = _APT.search(body)
     if apt:
         count = len(apt.group("packages").split())

@@ -7,27 +7,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dockerarch.cli import options
+
 if TYPE_CHECKING:
     from dockerarch.config import RegistryConfig
     from dockerarch.publish import Built
 
 
 def push(
-    recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
-    arch: Annotated[
-        str | None, typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list.")
-    ] = None,
-    target: Annotated[
-        str | None, typer.Option("--target", "-t", help="Board targets, e.g. rpi3,pynq-zu.")
-    ] = None,
-    version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
-    package: Annotated[
-        str | None, typer.Option("--package", "-p", help="wheel recipe: what was built.")
-    ] = None,
-    settings: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Recipe options, as built."),
-    ] = None,
+    recipe: options.Recipe,
+    arch: options.Arch = None,
+    target: options.Target = None,
+    version: options.Version = None,
+    package: options.Package = None,
+    settings: options.Settings = None,
     tags: Annotated[
         list[str] | None,
         typer.Option("--tag", metavar="TAG", help="Another tag for the index; repeatable."),
@@ -35,9 +28,7 @@ def push(
     index_tag: Annotated[
         str | None, typer.Option("--index-tag", help="The index's tag (default: the version).")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
-        "dist"
-    ),
+    out: options.Out = Path("dist"),
     archive_dir: Annotated[
         Path | None,
         typer.Option(

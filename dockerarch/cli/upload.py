@@ -7,26 +7,17 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli import options
+
 
 def upload(
-    recipe: Annotated[str, typer.Argument(help="Recipe name (dockerarch recipes lists them).")],
-    arch: Annotated[
-        str | None, typer.Option("--arch", "-a", help="armv7, aarch64, or a comma list.")
-    ] = None,
-    target: Annotated[
-        str | None, typer.Option("--target", "-t", help="Board targets, e.g. rpi3,pynq-zu.")
-    ] = None,
-    version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
-    package: Annotated[
-        str | None, typer.Option("--package", "-p", help="wheel recipe: what was built.")
-    ] = None,
-    settings: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", metavar="KEY=VALUE", help="Recipe options, as built."),
-    ] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
-        "dist"
-    ),
+    recipe: options.Recipe,
+    arch: options.Arch = None,
+    target: options.Target = None,
+    version: options.Version = None,
+    package: options.Package = None,
+    settings: options.Settings = None,
+    out: options.Out = Path("dist"),
     archive_dir: Annotated[
         Path | None,
         typer.Option(
@@ -57,6 +48,9 @@ def upload(
             typer.echo(str(done.path))
         for name in sorted({w.target.name for w in wheels}):
             simple = (archive_dir / name / "simple").resolve()
+            needs = sorted({p for w in wheels if w.target.name == name for p in w.needs_apt})
+            if needs:
+                typer.echo(f"on a {name} board: apt install {' '.join(needs)}", err=True)
             typer.echo(f"on a {name} board: pip install --index-url file://{simple}/ "
                        "--only-binary :all: ... (or serve the directory with any web server)",
                        err=True)  # fmt: skip

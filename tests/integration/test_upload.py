@@ -63,6 +63,16 @@ def wheel_of(out: Path, target: str) -> tuple[Path, str]:
     return out / target / "zstandard-0.23.0" / artifact["name"], artifact["sha256"]
 
 
+def armv7_copy(out: Path, tmp_path: Path) -> Path:
+    """A copy of the armv7 result (as published by no one yet) in a dist directory of its own."""
+    copy = tmp_path / "dist"
+    shutil.copytree(out / "debian-armv7", copy / "debian-armv7")
+    data = manifest(copy, "debian-armv7")
+    data.pop("published", None)
+    (copy / "debian-armv7" / "zstandard-0.23.0" / "manifest.json").write_text(json.dumps(data))
+    return copy
+
+
 def listed(run: str, target: str) -> dict[str, str]:
     """{file name: sha256} of zstandard on the run's index for ``target``."""
     url = f"http://127.0.0.1:3141/dockerarch/{run}-{target}/+simple/zstandard/"
@@ -140,8 +150,7 @@ def test_the_index_never_takes_another_file_under_a_published_name(
     assert upload(out, config, arch="armv7").returncode == 0
     wheel, digest = wheel_of(out, "debian-armv7")
     # A rebuild that differs (here: one more file in the wheel), recorded as verified.
-    copy = tmp_path / "dist"
-    shutil.copytree(out / "debian-armv7", copy / "debian-armv7")
+    copy = armv7_copy(out, tmp_path)
     other, _ = wheel_of(copy, "debian-armv7")
     with zipfile.ZipFile(other, "a") as archive:
         archive.writestr("zstandard/REBUILT", "another build\n")
@@ -174,12 +183,7 @@ def test_a_wheel_for_another_target_is_refused_at_the_door(
 def test_an_index_that_does_not_answer_is_named_and_nothing_is_recorded(
     demo_dist: tuple[Path, object], tmp_path: Path
 ) -> None:
-    out, _ = demo_dist
-    copy = tmp_path / "dist"
-    shutil.copytree(out / "debian-armv7", copy / "debian-armv7")
-    data = manifest(copy, "debian-armv7")
-    data.pop("published", None)
-    (copy / "debian-armv7" / "zstandard-0.23.0" / "manifest.json").write_text(json.dumps(data))
+    copy = armv7_copy(demo_dist[0], tmp_path)
     config = tmp_path / "registry.yaml"
     config.write_text("index:\n  url: http://127.0.0.1:9/x/{target}/\n"
                       "  simple: http://127.0.0.1:9/x/{target}/+simple/\n")  # fmt: skip
@@ -200,9 +204,7 @@ def _local_credentials() -> tuple[str, str]:
 def test_credentials_are_needed_and_never_shown(
     demo_dist: tuple[Path, object], tmp_path: Path
 ) -> None:
-    out, _ = demo_dist
-    copy = tmp_path / "dist"
-    shutil.copytree(out / "debian-armv7", copy / "debian-armv7")
+    copy = armv7_copy(demo_dist[0], tmp_path)
     run = f"a{uuid.uuid4().hex[:8]}"
     config = tmp_path / "registry.yaml"
     config.write_text(f"index:\n  url: http://127.0.0.1:3141/dockerarch/{run}-{{target}}/\n"

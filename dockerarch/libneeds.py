@@ -1,0 +1,123 @@
+"""What the artifacts need besides Python: every DT_NEEDED of every ELF file, resolved by the
+target's own loader (ldd, under QEMU) in the runtime image where the artifacts are installed, so
+RPATH/RUNPATH, $ORIGIN, the libraries an artifact carries and the base's own all count as they
+will on the board. A soname nothing provides is looked up in the build stage's package database
+(which package shipped it there: the build linked against it); piwheels does the same from its
+wheels' ELF files to print each wheel's `apt install` line.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from packaging.utils import parse_wheel_filename
+
+from dockerarch.artifacts import ArtifactReport, VerificationError
+
+SONAMES_EXPORT = ".dockerarch-sonames.tsv"  # beside the artifacts: soname<TAB>package
+_MARK = "dockerarch-needs:"
+_WHEEL_MARK = "dockerarch-needs-wheel:"
+
+# Resolves wheel members to the files pip installed (importlib.metadata knows where).
+_LOCATE = """
+import importlib.metadata as m, json, sys
+for dist, member in json.loads(sys.argv[1]):
+    print(m.distribution(dist).locate_file(member))
+"""
+
+
+@dataclass(frozen=True)
+class Missing:
+    path: str  # the installed file
+    soname: str
+    elsewhere: str = ""  # a file of that name another installed wheel carries
+
+
+def check_command(reports: Iterable[ArtifactReport]) -> str | None:
+    """A shell command for the runtime image that prints one ``dockerarch-needs: FILE SONAME``
+    line per needed library the target's loader does not find; None when there is no ELF file."""
+    wheel_members: list[tuple[str, str]] = []
+    paths: list[str] = []
+    for report in reports:
+        for member in report.elf_members:
+            if report.kind == "wheel":
+                if ".data/" in member.split("/", 1)[0] + "/":
+                    continue  # scripts and headers of a wheel's .data: not loaded by Python
+                wheel_members.append((str(parse_wheel_filename(report.name)[0]), member))
+            else:
+                paths.append(str(PurePosixPath("/") / member.removeprefix("./")))
+    if not wheel_members and not paths:
+        return None
+    listing = " ".join(shlex.quote(p) for p in paths)
+    if wheel_members:
+        locate = shlex.quote(_LOCATE)
+        listing += f" $(python3 -c {locate} {shlex.quote(json.dumps(wheel_members))})"
+    # A soname the loader does not find may still be one another installed wheel carries (a
+    # torch extension needs libc10.so, which `import torch` has loaded before it): found in
+    # the Python package directories, it is not missing, and is said as such.
+    return (
+        f"for f in {listing}; do "
+        'ldd "$f" 2>&1 | sed -n "s|^[[:space:]]*\\(.*\\) => not found.*|\\1|p" | '
+        "while read -r so; do "
+        'w=$(find /usr/local/lib/python3* /usr/lib/python3 -name "$so" 2>/dev/null | head -n 1); '
+        f'if [ -n "$w" ]; then echo "{_WHEEL_MARK} $f $so $w"; '
+        f'else echo "{_MARK} $f $so"; fi; '
+        "done; done"
+    )
+
+
+def parse(output: str, reports: Iterable[ArtifactReport]) -> list[Missing]:
+    """The needed libraries the loader did not find. One found in another installed wheel is not
+    missing (Python loads it first); one the artifacts carry themselves is a broken RPATH (the
+    import would fail on the board exactly so), a verification failure naming both."""
+    carried = {PurePosixPath(m).name for r in reports for m in r.elf_members}
+    found = []
+    for line in output.splitlines():
+        if line.startswith(_MARK):
+            path, _, soname = line.removeprefix(_MARK).strip().rpartition(" ")
+            found.append(Missing(path, soname))
+        elif line.startswith(_WHEEL_MARK):
+            path, soname, where = line.removeprefix(_WHEEL_MARK).strip().rsplit(" ", 2)
+            if soname in carried:
+                raise VerificationError(
+                    f"{path} needs {soname}, which the artifacts carry ({where}), but the "
+                    "target's loader does not find it from there: its RPATH/RUNPATH does not "
+                    "point at it, so the import fails on the board",
+                    fix="Give the library that needs it an RPATH of $ORIGIN (or $ORIGIN/..., "
+                    "to where the artifact puts the library): the recipe's link flags or its "
+                    "build system's INSTALL_RPATH.",
+                )
+    return found
+
+
+def packages_for(missing: list[Missing], sonames_tsv: str, target: str) -> list[str]:
+    """The packages that ship the missing sonames in the build stage; a soname none ships is a
+    verification failure naming the library and what needs it."""
+    shipped: dict[str, str] = {}
+    for line in sonames_tsv.splitlines():
+        name, _, package = line.partition("\t")
+        if name and package:
+            shipped.setdefault(name, package)
+    packages: list[str] = []
+    unknown: list[Missing] = []
+    for item in missing:
+        if item.soname not in shipped:
+            unknown.append(item)
+        elif shipped[item.soname] not in packages:
+            packages.append(shipped[item.soname])
+    if unknown:
+        first = unknown[0]
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise VerificationError(
+            f"{first.path} needs {first.soname}{more}, which neither the artifacts carry nor "
+            f"the {target} base has, and no package the build installed provides: it would "
+            "fail to load on the board",
+            fix="Carry the library in the artifact (as auditwheel repair does), link it "
+            "statically, or add the package that provides it to the recipe's apt and "
+            "runtime_apt.",
+        )
+    return sorted(packages)

@@ -1,0 +1,64 @@
+"""What the artifacts need besides Python: the ldd check's command, its output, and the packages
+that ship what is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from dockerarch import libneeds
+from dockerarch.artifacts import ArtifactReport, VerificationError
+
+
+def report(name: str, kind: str, members: tuple[str, ...]) -> ArtifactReport:
+    return ArtifactReport(name=name, sha256="0" * 64, size=1, kind=kind, elf_files=len(members),
+                          glibc=None, glibcxx=None, elf_members=members)  # fmt: skip
+
+
+def test_the_check_covers_every_elf_file_where_it_is_installed() -> None:
+    command = libneeds.check_command([
+        report("omp_demo-1.0-cp311-cp311-linux_armv7l.whl", "wheel",
+               ("omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so", "omp_demo-1.0.data/scripts/x")),
+        report("tool-1.0.tar.gz", "tarball", ("./usr/local/lib/libtool.so.1",)),
+    ])  # fmt: skip
+    assert command is not None
+    assert "/usr/local/lib/libtool.so.1" in command
+    assert '[["omp-demo", "omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so"]]' in command
+    assert ".data/scripts" not in command  # a wheel's scripts are not loaded by Python
+    assert "ldd" in command and "not found" in command
+    assert libneeds.check_command([report("pure-1.0-py3-none-any.whl", "wheel", ())]) is None
+
+
+def test_missing_libraries_are_read_and_mapped_to_the_packages_that_ship_them() -> None:
+    output = (
+        "\tlibc.so.6 => /lib/arm-linux-gnueabihf/libc.so.6 (0x3f66d000)\n"
+        "dockerarch-needs: /usr/local/lib/python3.11/dist-packages/omp_demo/_omp.so libgomp.so.1\n"
+        "dockerarch-needs: /usr/local/lib/libtool.so.1 libgomp.so.1\n"
+    )
+    missing = libneeds.parse(output, [])
+    assert [m.soname for m in missing] == ["libgomp.so.1", "libgomp.so.1"]
+    assert missing[0].path.endswith("omp_demo/_omp.so")
+    table = "libgomp.so.1\tlibgomp1\nlibgomp.so\tlibgcc-12-dev\nlibz.so.1\tzlib1g\n"
+    assert libneeds.packages_for(missing, table, "debian-armv7") == ["libgomp1"]
+
+
+def test_a_library_no_package_ships_is_a_verification_failure_naming_it() -> None:
+    missing = libneeds.parse("dockerarch-needs: /usr/lib/x/_ext.so libvendor.so.3\n", [])
+    with pytest.raises(VerificationError, match=r"_ext\.so needs libvendor\.so\.3.*debian-armv7"):
+        libneeds.packages_for(missing, "libz.so.1\tzlib1g\n", "debian-armv7")
+
+
+def test_a_library_another_wheel_carries_is_not_missing_but_one_of_its_own_is_a_broken_rpath() -> (
+    None
+):
+    site = "/usr/local/lib/python3.13/dist-packages"
+    ext = report("qpu_dot-1.0-cp313-cp313-linux_armv7l.whl", "wheel", ("qpu_dot.so",))
+    line = f"dockerarch-needs-wheel: {site}/qpu_dot.so libc10.so {site}/torch/lib/libc10.so\n"
+    assert libneeds.parse(line, [ext]) == []  # `import torch` loads it first
+    torch = report("torch-2.6.0-cp313-cp313-linux_armv7l.whl", "wheel",
+                   ("torch/_C.so", "torch/lib/libtorch_python.so", "torch/lib/libtorch.so.2.6"))  # fmt: skip
+    line = (f"dockerarch-needs-wheel: {site}/torch/lib/libtorch_python.so libtorch.so.2.6 "
+            f"{site}/torch/lib/libtorch.so.2.6\n")  # fmt: skip
+    with pytest.raises(
+        VerificationError, match=r"libtorch_python\.so needs libtorch\.so\.2\.6.*RPATH"
+    ):
+        libneeds.parse(line, [torch])
