@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,21 @@ def fidelity_image(base: str, platform: str, tag: str, context: Path) -> str:
     subprocess.run(["docker", "buildx", "build", "--platform", platform, "--load", "-t", tag,
                     str(context)], check=True, capture_output=True, timeout=900)  # fmt: skip
     return tag
+
+
+@pytest.fixture(scope="module")
+def netns() -> Iterator[str]:
+    """A network namespace of the test's own: a board's user-mode network and the servers it
+    reaches (as 10.0.2.2) live there, and nothing leaves the machine."""
+    name = f"dockerarch-board-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def in_netns(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", f"--net=/run/netns/{netns}", str(REPO / ".venv/bin/dockerarch"), *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ import pytest
 from dockerarch.nfs import kernel_server
 
 from . import board
-from .conftest import REPO, dockerarch, fidelity_image
+from .conftest import dockerarch, fidelity_image, in_netns
 
 ARCHES = {"aarch64": ("debian-aarch64", "linux/arm64", "arm64", "aarch64"),
           "armv7": ("debian-armv7", "linux/arm/v7", "armhf", "armv7l")}  # fmt: skip
@@ -32,22 +30,6 @@ stat -c 'dev %n %t:%T %F' /fid/null
 [ "$(stat -c %i /fid/hard-a)" = "$(stat -c %i /fid/hard-b)" ] && echo "hardlink shared $(stat -c %h /fid/hard-a)"
 echo "rootfs $(awk '$2 == "/" { print $3 }' /proc/mounts | tail -n 1)"
 """
-
-
-@pytest.fixture(scope="module")
-def netns() -> Iterator[str]:
-    name = f"dockerarch-board-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
-def in_netns(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", f"--net=/run/netns/{netns}", str(REPO / ".venv/bin/dockerarch"), *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 # Which server serves: the kernel's where the host has one, nfs-ganesha otherwise (this project's
