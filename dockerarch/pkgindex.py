@@ -354,6 +354,12 @@ class Index:
             repository.set_certificate_authority(str(self.config.ca))
         try:
             package = PackageFile.from_filename(str(wheel.path), comment=None)
+            if wheel.needs_apt:  # carried into the index: Requires-External (PEP 345)
+                form = package.metadata_dictionary
+                package.metadata_dictionary = lambda: {  # type: ignore[method-assign]
+                    **form(), "requires_external": list(wheel.needs_apt),
+                    "comment": f"on the board first: apt install {' '.join(wheel.needs_apt)}",
+                }  # fmt: skip
             with contextlib.redirect_stdout(io.StringIO()):  # twine prints "Uploading ..."
                 response = repository.upload(package)
         except requests.RequestException as exc:
@@ -562,6 +568,9 @@ def archive(wheels: list[Wheel], directory: Path, say: Say) -> list[Archived]:
             os.replace(tmp.name, final)
             os.chmod(final, 0o644)
             write_atomic(project_dir / f"{wheel.path.name}.metadata", _metadata(final))
+            if wheel.needs_apt:  # what the board installs with apt first, shown on the pages
+                write_atomic(project_dir / f"{wheel.path.name}.needs-apt",
+                             "".join(f"{p}\n" for p in wheel.needs_apt).encode())  # fmt: skip
         _write_project_pages(project_dir)
         _write_root_pages(directory / wheel.target.name / "simple")
         say(f"{wheel.target.name}: {'added' if added else 'already there, the same file:'} "
@@ -575,18 +584,23 @@ def _write_project_pages(project_dir: Path) -> None:
     files: list[dict[str, Any]] = []
     for path in sorted(project_dir.glob("*.whl")):
         metadata = project_dir / f"{path.name}.metadata"
+        needs = project_dir / f"{path.name}.needs-apt"
         files.append({
             "filename": path.name,
             "url": path.name,
             "hashes": {"sha256": sha256_file(path)},
             **({"core-metadata": {"sha256": sha256_file(metadata)}} if metadata.is_file() else {}),
+            **({"_needs_apt": needs.read_text().split()} if needs.is_file() else {}),
         })  # fmt: skip
     anchors = "\n".join(
         f'    <a href="{html.escape(f["url"])}#sha256={f["hashes"]["sha256"]}"'
         + (f' data-core-metadata="sha256={f["core-metadata"]["sha256"]}"'
            f' data-dist-info-metadata="sha256={f["core-metadata"]["sha256"]}"'
            if "core-metadata" in f else "")
-        + f">{html.escape(f['filename'])}</a><br/>"
+        + f">{html.escape(f['filename'])}</a>"
+        + (f" (on the board first: apt install {html.escape(' '.join(f['_needs_apt']))})"
+           if "_needs_apt" in f else "")
+        + "<br/>"
         for f in files
     )  # fmt: skip
     page = (f'<!DOCTYPE html>\n<html>\n  <head><meta name="pypi:repository-version" '

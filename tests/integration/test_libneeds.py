@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from .conftest import dockerarch
 
@@ -90,11 +92,27 @@ def test_a_library_the_base_lacks_is_found_installed_and_named(
     assert run.returncode == 0, run.stderr
     total, threads = (int(word) for word in run.stdout.split())
     assert total == 10000 * 10001 // 2 and threads >= 1  # 32-bit long on armv7
-    # The index's board lines name the package too (the static archive needs no server).
-    archived = dockerarch("upload", "wheel", "--package", str(project),
-                          "--arch", "armv7", "--out", str(out), "--archive", str(tmp_path / "a"))  # fmt: skip
+    # The index carries it (Requires-External, PEP 345) and the board lines name it.
+    run = f"l{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"index:\n  url: http://127.0.0.1:3141/dockerarch/{run}-{{target}}/\n"
+                      f"  simple: http://127.0.0.1:3141/dockerarch/{run}-{{target}}/+simple/\n")  # fmt: skip
+    env = {"DOCKERARCH_REGISTRY_CONFIG": str(config)}
+    select = ("wheel", "--package", str(project), "--arch", "armv7", "--out", str(out))
+    uploaded = dockerarch("upload", *select, env=env)
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert "apt install libgomp1" in uploaded.stderr
+    session = requests.Session()
+    session.trust_env = False
+    release = session.get(f"http://127.0.0.1:3141/dockerarch/{run}-debian-armv7/omp-demo/1.0",
+                          headers={"Accept": "application/json"}, timeout=30)  # fmt: skip
+    assert release.json()["result"]["requires_external"] == ["libgomp1"]
+    # And the static archive (no server).
+    archived = dockerarch("upload", *select, "--archive", str(tmp_path / "a"))
     assert archived.returncode == 0, archived.stderr
     assert "on a debian-armv7 board: apt install libgomp1" in archived.stderr
+    page = json.loads((tmp_path / "a/debian-armv7/simple/omp-demo/index.json").read_text())
+    assert page["files"][0]["_needs_apt"] == ["libgomp1"]
 
 
 def test_a_wheel_that_needs_nothing_more_names_nothing(

@@ -188,3 +188,18 @@ def test_board_lines_name_the_targets_index_and_what_a_lan_index_needs(tmp_path:
     assert "    trusted-host = lab.example.invalid" in lines
     local = pkgindex.board_lines([outcome], IndexConfig())
     assert any("loopback, which no board reaches" in line for line in local)
+
+
+def test_the_archive_shows_what_the_board_installs_with_apt_first(tmp_path: Path) -> None:
+    wheel = built(tmp_path / "dist", "debian-armv7")
+    wheel = pkgindex.Wheel(target=wheel.target, path=wheel.path, sha256=wheel.sha256,
+                           result=wheel.result, needs_apt=("libgomp1",))  # fmt: skip
+    out = tmp_path / "archive"
+    pkgindex.archive([wheel], out, say=lambda _: None)
+    project = out / "debian-armv7" / "simple" / "demo"
+    assert "(on the board first: apt install libgomp1)" in (project / "index.html").read_text()
+    (entry,) = json.loads((project / "index.json").read_text())["files"]
+    assert entry["_needs_apt"] == ["libgomp1"]  # PEP 691: a private key, ignored by pip
+    outcome = pkgindex.Outcome(wheel, "http://x.example.invalid/s/", "u", uploaded=True)
+    lines = pkgindex.board_lines([outcome], IndexConfig())
+    assert "  apt install libgomp1   # shared libraries the wheels need" in lines
