@@ -219,8 +219,20 @@ def test_credentials_are_needed_and_never_shown(
     assert "needs credentials" in said(done) and "~/.pypirc" in said(done)
     assert "Traceback" not in done.stderr
     assert listed(run, "debian-armv7") == {}
-    # In ~/.pypirc, as twine users keep them: the upload works, and the password shows nowhere.
+    # The index exists (made by its owner) and takes uploads from its owner only: without
+    # credentials the index itself refuses, said as such.
     username, password = _local_credentials()
+    session = requests.Session()
+    session.trust_env = False
+    made = session.put(f"http://127.0.0.1:3141/dockerarch/{run}-debian-armv7", timeout=30,
+                       auth=(username, password), json={"type": "stage", "bases": [],
+                       "volatile": False, "acl_upload": [username]})  # fmt: skip
+    assert made.status_code in (200, 201), made.text
+    done = upload(copy, config, arch="armv7", env=bare)
+    assert done.returncode == 4, done.stderr
+    assert "refused the upload" in said(done) and "credentials: none found" in said(done)
+    assert listed(run, "debian-armv7") == {}
+    # In ~/.pypirc, as twine users keep them: the upload works, and the password shows nowhere.
     (home / ".pypirc").write_text(
         "[distutils]\nindex-servers = lab\n\n[lab]\nrepository = http://127.0.0.1:3141/\n"
         f"username = {username}\npassword = {password}\n"
