@@ -146,13 +146,36 @@ def test_build_push_publishes_right_after_the_build(
 ) -> None:
     _, project = published
     before = index_of(plain, "1.0.0")
+    ids_before = {t: manifest(built, t)["image"]["id"] for t in TARGETS}  # type: ignore[index]
     done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
                       "--out", str(built), "--push", cwd=project, timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    # The same build (every step cached) publishes the same index, and says what boards run.
-    assert index_of(plain, "1.0.0") == before
-    assert f"{plain.address}/dockerarch/{NAME}:1.0.0@{before[0]}" in done.stdout.splitlines()
+    after = index_of(plain, "1.0.0")
+    index = json.loads(plain.get(f"dockerarch/{NAME}/manifests/1.0.0", INDEX_ACCEPT)[0])
+    # What is published is what this build verified: each child is the image it recorded, which
+    # the engine still holds under its tag, and the index is the one printed.
+    ids_after = {}
+    for target, platform in TARGETS.items():
+        recorded = manifest(built, target)
+        image, pushed = recorded["image"], recorded["pushed"]
+        assert isinstance(image, dict) and isinstance(pushed, dict)
+        assert image_id(image["tag"]) == image["id"]
+        assert pushed["index_digest"] == after[0]
+        (child,) = [c for c in index["manifests"] if c["digest"] == pushed["image_digest"]]
+        assert child["platform"]["architecture"] == platform.split("/")[1]
+        ids_after[target] = image["id"]
+    assert f"{plain.address}/dockerarch/{NAME}:1.0.0@{after[0]}" in done.stdout.splitlines()
     assert "on a board: docker pull" in flat(done.stderr)
+    if ids_after == ids_before:
+        # The same images (every step cached) publish the same index: the tag does not move.
+        assert after == before, (ids_before, done.stderr[-2000:])
+        assert "moved from" not in flat(done.stderr)
+    else:
+        # The engine's cache held a second result for the same steps (a --no-cache build of
+        # the same package leaves one, and BuildKit may load either): other images, a new
+        # index, and the move is said.
+        assert after[0] != before[0]
+        assert f"moved from {before[0]} to {after[0]}" in flat(done.stderr), done.stderr[-2000:]
 
 
 def test_push_survives_dropped_connections(built: Path, tmp_path: Path) -> None:
