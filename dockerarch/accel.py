@@ -62,6 +62,10 @@ DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
 CCACHE_LOG = "/var/log/dockerarch-ccache.log"
 CCACHE_EXPORT = ".dockerarch-ccache.log"
 DRIVERS_EXPORT = ".dockerarch-drivers.log"
+# Where each compile sent to a compile farm ran (dockerarch-distcc: "PLACE ok|failed
+# [retried-after HOST,...]"), exported beside the artifacts.
+FARM_LOG = "/var/log/dockerarch-farm.log"
+FARM_EXPORT = ".dockerarch-farm.log"
 DATA = paths.data_path("toolchain")
 CONTEXT_DIR = "_dockerarch_toolchain"  # where the build context carries DATA
 LOG = "/var/log/dockerarch-toolchain.log"
@@ -97,14 +101,16 @@ class Toolchain:
     drivers: tuple[str, ...] = ()  # DRIVERS packages run natively ('hybrid'); none: 'compilers'
     python: str = ""  # the target's Python version (3.11): the native generators' interpreter
     native_python: tuple[str, ...] = ()  # the recipe's code generators run natively
+    # Compile steps join the host's network: a farm server of this build listens on loopback.
+    farm_network: str = ""
 
     @property
     def packages(self) -> tuple[str, ...]:
         """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc; pip to
-        install uv; packaging for fetch-sdist; the native drivers). The first three are the
-        cross compiler."""
-        return (f"gcc-{self.gcc}-{self.triplet}", f"g++-{self.gcc}-{self.triplet}",
-                f"binutils-{self.triplet}", "ccache", "gcc", "libc6-dev", "python3-pip",
+        install uv; packaging for fetch-sdist; distcc, a compile farm's client; the native
+        drivers). The first three are the cross compiler."""
+        return (*cross_packages(self.triplet, self.gcc), "ccache", "distcc", "gcc", "libc6-dev",
+                "python3-pip",
                 "python3-packaging", *[d for d in self.drivers if d != "dash"],
                 *(["python3-yaml"] if self.native_python else []))  # fmt: skip
 
@@ -137,7 +143,16 @@ class Toolchain:
             "driver_wheels": [DRIVER_WHEELS[d] for d in self.drivers if d in DRIVER_WHEELS],
             "wheels_dir": WHEELS_DIR,
             "drivers_export": DRIVERS_EXPORT,
+            "farm_log": FARM_LOG,
+            "farm_export": FARM_EXPORT,
+            "farm_network": self.farm_network,
         }
+
+
+def cross_packages(triplet: str, gcc: int) -> tuple[str, str, str]:
+    """Debian's cross compiler for ``triplet``: what a hybrid build grafts, and what a farm
+    server installs to compile for it."""
+    return (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"binutils-{triplet}")
 
 
 @dataclass(frozen=True, kw_only=True)

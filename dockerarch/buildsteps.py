@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from dockerarch import __version__, accel, artifacts, builders, libneeds, paths, steps
+from dockerarch import farm as farm_module
 from dockerarch.artifacts import VerificationError
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
@@ -43,6 +44,7 @@ class Engine(Protocol):
         command: str,
         context: str | None = None,
         timeout: int | None = None,
+        network: str | None = None,
     ) -> tuple[int, str]: ...
 
 
@@ -59,6 +61,7 @@ class BuildOptions:
     registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
     registry_cache_loopback: bool = True  # the registry is on this machine only
     uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
+    farm: tuple[farm_module.Server, ...] = ()  # compile farm servers (hybrid builds)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -94,6 +97,8 @@ class JobState:
     image_id: str | None = None
     smoke_output: str | None = None
     hybrid: dict[str, int] | None = None
+    farm_secret: str | None = None  # buildx --secret of the farm's hosts line, when one is used
+    farm: farm_module.Placement | None = None  # where the farm's compiles ran
     timings: list[tuple[str, float]] = field(default_factory=list)
 
     @property
@@ -145,6 +150,58 @@ def prepare_context(job: JobState) -> None:
     job.cache_ref = _registry_cache_ref(job)
 
 
+def use_farm(job: JobState) -> None:
+    """--farm: this build's own toolchain stage (amd64, cached from the build) compiles a probe
+    on each server alone; those that answer with the same toolchain take compiles, through a
+    hosts line given to the compiling steps as a secret. A server left out is said."""
+    servers = job.options.farm
+    toolchain = job.request.toolchain
+    if not servers:
+        return
+    if toolchain is None:
+        job.say("farm not used: this build has no hybrid toolchain (plain QEMU or native)")
+        return
+    if job.route.context is not None:
+        job.say(f"farm not used: the build runs on node '{job.route.builder}'")
+        return
+    tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/toolchain:{job.target}".lower())
+    spec = BuildSpec(context_dir=job.context, platform="linux/amd64",  # the stage's own
+                     stage="toolchain", load_tag=tag, secrets=job.options.secrets,
+                     cache=job.options.cache, build_contexts=job.contexts)  # fmt: skip
+    stream(job, spec, "toolchain for the farm")
+    loopback = any(s.loopback for s in servers)
+    code, output = job.engine.run_in_image(
+        tag, "linux/amd64", farm_module.probe_command(servers, toolchain.triplet),
+        timeout=180, network="host" if loopback else None,
+    )  # fmt: skip
+    job.log.write(f"### farm probe (exit code {code})\n{output}\n")
+    probe = farm_module.read_probe(servers, output, job.target)
+    if not probe.digest:
+        raise EngineError(
+            f"Probing the farm with {tag} failed (exit code {code}): {output.strip()[-300:]}",
+            fix="Run again with --debug; build without --farm meanwhile.",
+        )
+    farm_module.say_refused(probe, job.say)
+    if not probe.usable:
+        job.say("warning: no farm server can take this build's compiles: compiling on this "
+                "machine only")  # fmt: skip
+        return
+    hosts = job.work / "farm-hosts"
+    hosts.write_text(farm_module.hosts_line(probe.usable, local_slots=os.cpu_count() or 2) + "\n")
+    job.farm_secret = f"id=dockerarch-farm,src={hosts}"
+    job.say(f"farm: {', '.join(s.address for s in probe.usable)} and this machine take the "
+            f"compiles (toolchain sha256:{probe.digest[:16]})")  # fmt: skip
+
+
+def _compile_secrets(job: JobState) -> tuple[str, ...]:
+    return job.options.secrets + ((job.farm_secret,) if job.farm_secret else ())
+
+
+def _entitlements(job: JobState) -> tuple[str, ...]:
+    toolchain = job.request.toolchain
+    return ("network.host",) if toolchain is not None and toolchain.farm_network else ()
+
+
 def build_artifacts(job: JobState) -> None:
     """One buildx invocation exports the artifacts and, in a hybrid build, the compiler-run log
     beside them (a second one would resolve the build stage again: seen re-running the toolchain
@@ -156,8 +213,8 @@ def build_artifacts(job: JobState) -> None:
     spec = BuildSpec(
         context_dir=job.context, platform=job.request.target.platform,
         stage=accel.LOG_STAGE if hybrid else "artifacts", output_dir=job.landing,
-        secrets=job.options.secrets, cache=job.options.cache, cache_from=cache_from,
-        node_context=job.route.context, build_contexts=job.contexts,
+        secrets=_compile_secrets(job), cache=job.options.cache, cache_from=cache_from,
+        node_context=job.route.context, build_contexts=job.contexts, allow=_entitlements(job),
     )  # fmt: skip
     stream(job, spec, "starting buildx")
     sonames = job.landing / libneeds.SONAMES_EXPORT
@@ -170,6 +227,14 @@ def build_artifacts(job: JobState) -> None:
     job.toolchain_log = job.work / "toolchain.log"  # the compiler-run log, out of the artifacts
     os.replace(job.landing / accel.LOG_EXPORT, job.toolchain_log)
     os.replace(job.landing / accel.CCACHE_EXPORT, job.work / "ccache.log")
+    placed = job.landing / accel.FARM_EXPORT
+    if placed.is_file():  # where the farm's compiles ran (said when this build used a farm)
+        text = placed.read_text(errors="replace")
+        placed.unlink()
+        if job.farm_secret:
+            job.farm = farm_module.Placement.parse(text)
+            for line in job.farm.lines():
+                job.say(line)
     if toolchain.drivers:  # and what use-native-drivers did
         exported = job.landing / accel.DRIVERS_EXPORT
         job.drivers = accel.DriverReport.parse(exported.read_text(errors="replace"))
@@ -197,8 +262,9 @@ def push_cache(job: JobState) -> None:
     if not job.cache_ref:
         return
     spec = BuildSpec(context_dir=job.context, platform=job.request.target.platform, stage="build",
-                     push_tag=job.cache_ref, cache_to="type=inline", secrets=job.options.secrets,
-                     cache=True, node_context=job.route.context, build_contexts=job.contexts)  # fmt: skip
+                     push_tag=job.cache_ref, cache_to="type=inline", secrets=_compile_secrets(job),
+                     cache=True, node_context=job.route.context, build_contexts=job.contexts,
+                     allow=_entitlements(job))  # fmt: skip
     try:
         stream(job, spec, "pushing the registry cache")
     except EngineError as exc:
@@ -313,6 +379,7 @@ def write_manifest(job: JobState) -> None:
         "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
         "accel": job.decision.accel,
         "hybrid": job.hybrid,
+        "farm": job.farm.as_dict() if job.farm else None,
         "drivers": job.drivers.as_dict() if job.drivers else None,
         "needs_apt": job.needs_apt,
         "smoke": job.smoke_output,
@@ -329,6 +396,7 @@ SMOKE_TIMEOUT = 1800  # seconds: torch's smoke test takes about 5 minutes under 
 STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("ensure base", ensure_base),
     ("prepare context", prepare_context),
+    ("farm", use_farm),
     ("build artifacts", build_artifacts),
     ("verify", verify),
     ("push cache", push_cache),

@@ -120,6 +120,7 @@ class RegistryConfig:
     cache: bool = False  # share build caches through the registry (dockerarch build)
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
+    farm: tuple[str, ...] = ()  # compile farm servers, HOST[:PORT][/SLOTS] (dockerarch build)
     source: str = "built-in defaults"
 
     @property
@@ -181,7 +182,7 @@ def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
 
 def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
-    reject_unknown(top, ["registry", "index"], "", path)
+    reject_unknown(top, ["registry", "index", "farm"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
     reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache"], "registry", path)
     defaults = RegistryConfig()
@@ -226,10 +227,29 @@ def parse_registry_config(path: Path) -> RegistryConfig:
                 fix="Point it at the PEM file of the CA that signed the registry's certificate.",
             )
     index = parse_index_section(top.get("index"), path) if "index" in top else IndexConfig()
+    farm = parse_farm_section(top.get("farm"), path) if top.get("farm") is not None else ()
     return RegistryConfig(
         address=address, insecure=insecure, ca=ca_path, namespace=namespace, cache=cache,
-        index=index, source=str(path),
+        index=index, farm=farm, source=str(path),
     )  # fmt: skip
+
+
+def parse_farm_section(value: Any, path: Path) -> tuple[str, ...]:
+    """``farm: {servers: [HOST[:PORT][/SLOTS], ...]}``: the compile farm builds use unless
+    --farm/--no-farm says otherwise."""
+    from dockerarch.errors import UsageError
+    from dockerarch.farm import parse_servers
+
+    section = require_mapping(value, "farm", path)
+    reject_unknown(section, ["servers"], "farm", path)
+    servers = section.get("servers") or []
+    if not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
+        raise ConfigError(f"'farm.servers' in {path} must be a list of HOST[:PORT] strings",
+                          fix="Write it like: servers: [10.0.0.5, 10.0.0.6:3632/8].")  # fmt: skip
+    try:
+        return tuple(s.address + (f"/{s.slots}" if s.slots else "") for s in parse_servers(servers))
+    except UsageError as exc:
+        raise ConfigError(f"'farm.servers' in {path}: {exc.problem}", fix=exc.fix) from exc
 
 
 def _index_url(value: Any, key: str, path: Path) -> str:

@@ -283,6 +283,7 @@ class BuildSpec:
     build_contexts: dict[str, str] | None = None
     node_context: str | None = None  # a docker context: build on that native node
     build_args: dict[str, str] | None = None
+    allow: tuple[str, ...] = ()  # entitlements (network.host: a compile farm on loopback)
 
 
 def build_lines(spec: BuildSpec) -> Iterator[str]:
@@ -315,6 +316,7 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
             cache=spec.cache,
             build_contexts=contexts,
             build_args=spec.build_args or {},
+            allow=list(spec.allow),
             progress="plain",
             stream_logs=True,
             **kwargs,  # type: ignore[arg-type]
@@ -338,7 +340,12 @@ class BuildFailed(EngineError):
 
 
 def run_in_image(
-    image: str, platform: str, command: str, context: str | None = None, timeout: int | None = None
+    image: str,
+    platform: str,
+    command: str,
+    context: str | None = None,
+    timeout: int | None = None,
+    network: str | None = None,
 ) -> tuple[int, str]:
     """Run ``sh -c command`` in a throw-away container; (exit code, output: stdout and stderr
     together, so nothing of it reaches this process's terminal, and the log gets all of it).
@@ -349,8 +356,9 @@ def run_in_image(
         command = f"exec timeout -k 10 {int(timeout)} sh -c {shlex.quote(command)}"
     try:
         output = client(context).run(
-            image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True, tty=False
-        )
+            image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True,
+            tty=False, networks=[network] if network else [],
+        )  # fmt: skip
     except DockerException as exc:
         text = ((exc.stdout or "") + (exc.stderr or "")).strip()
         return exc.return_code, text
@@ -423,3 +431,69 @@ def save_image(reference: str, dest: Path) -> None:
         client().image.save(reference, output=dest)
     except DockerException as exc:
         raise EngineError(f"docker save {reference} failed: {_whales_error(exc)}") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class Service:
+    """A long-running container dockerarch started (a compile farm server)."""
+
+    name: str
+    image: str
+    running: bool
+    labels: dict[str, str]
+
+
+def start_service(image: str, name: str, command: list[str], labels: dict[str, str]) -> str:
+    """Run ``command`` in a detached container on the host's network, restarted with the engine
+    unless stopped; its id. An old container of the same name is replaced."""
+    from python_on_whales.exceptions import DockerException
+
+    docker = client()
+    try:
+        if docker.container.exists(name):
+            docker.container.remove(name, force=True)
+        container = docker.run(image, command, name=name, detach=True, networks=["host"],
+                               labels=labels, restart="unless-stopped")  # fmt: skip
+    except DockerException as exc:
+        raise EngineError(
+            f"Starting container {name} from {image} failed: {_whales_error(exc)}"
+        ) from exc
+    return str(getattr(container, "id", container))
+
+
+def services(label: str) -> list[Service]:
+    """The containers carrying ``label``, running or not."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        found = client().container.list(all=True, filters={"label": label})
+    except DockerException as exc:
+        raise EngineError(f"Listing containers failed: {_whales_error(exc)}") from exc
+    return [
+        Service(
+            name=c.name,
+            image=str(c.config.image),
+            running=bool(c.state.running),
+            labels=dict(c.config.labels or {}),
+        )
+        for c in found
+    ]
+
+
+def service_log(name: str) -> str:
+    """A container's output so far (stdout and stderr)."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        return str(client().container.logs(name))
+    except DockerException as exc:
+        raise EngineError(f"Reading the log of {name} failed: {_whales_error(exc)}") from exc
+
+
+def stop_service(name: str) -> None:
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        client().container.remove(name, force=True)
+    except DockerException as exc:
+        raise EngineError(f"Stopping container {name} failed: {_whales_error(exc)}") from exc

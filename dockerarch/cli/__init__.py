@@ -59,6 +59,7 @@ def _register() -> None:
         build,
         builder,
         doctor,
+        farm,
         generate,
         nfs,
         push,
@@ -81,6 +82,7 @@ def _register() -> None:
     app.command("chroot")(rootfs.chroot)
     app.add_typer(nfs.app, name="nfs")
     app.add_typer(builder.app, name="builder")
+    app.add_typer(farm.app, name="farm")
     app.command("verify")(verify.verify)
 
 

@@ -88,6 +88,22 @@ def build(
             help="After every target built and verified, publish them as dockerarch push does.",
         ),
     ] = False,
+    farm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--farm",
+            metavar="HOST[:PORT][/SLOTS],...",
+            help="Hybrid builds: send compiles to these farm servers (dockerarch farm serve) "
+            "through distcc, this machine being one more place; default: registry.yaml's "
+            "farm: servers.",
+        ),
+    ] = None,
+    no_farm: Annotated[
+        bool,
+        typer.Option(
+            "--no-farm", help="Compile on this machine only, whatever registry.yaml says."
+        ),
+    ] = False,
     registry_cache: Annotated[
         bool | None,
         typer.Option(
@@ -129,11 +145,14 @@ def build(
         check_forced(builder)
     registry = load_registry_config()
     use_registry_cache = registry.cache if registry_cache is None else registry_cache
+    from dockerarch.farm import parse_servers
+
+    servers = () if no_farm else parse_servers(farm if farm else registry.farm)
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
-        registry_cache_loopback=registry.loopback, uses=parse_use(use or []),
+        registry_cache_loopback=registry.loopback, uses=parse_use(use or []), farm=servers,
     )  # fmt: skip
     from dockerarch.progress import Board
 

@@ -139,7 +139,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     assert f"CC={board.triplet}-gcc" in build and f"CXX={board.triplet}-g++" in build
     assert f"id=dockerarch-ccache-{board.name}" in build[graft:]
     assert build.rstrip().endswith(
-        f"RUN touch {accel.LOG} {accel.CCACHE_LOG} && dockerarch-cc --report"
+        f"RUN touch {accel.LOG} {accel.CCACHE_LOG} {accel.FARM_LOG} && dockerarch-cc --report"
     )
     assert f"CCACHE_STATSLOG={accel.CCACHE_LOG}" in build
     # Nothing of it in the artifacts or the runtime image.
@@ -152,6 +152,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     assert log_stage.split("\n\n")[0].strip().splitlines() == [
         f"COPY --from=build {accel.LOG} /{accel.LOG_EXPORT}",
         f"COPY --from=build {accel.CCACHE_LOG} /{accel.CCACHE_EXPORT}",
+        f"COPY --from=build {accel.FARM_LOG} /{accel.FARM_EXPORT}",
         f"COPY --from=build {accel.DRIVERS_LOG} /{accel.DRIVERS_EXPORT}",
     ]
     # The build driver: the x86-64 builds of the shell, make (and cmake and ninja where the

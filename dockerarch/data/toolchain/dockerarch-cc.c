@@ -10,16 +10,31 @@
  *
  * dockerarch-cc --report prints one summary line of that log; it fails when a recorded run was
  * not native. Built in the toolchain stage with -DTRIPLET="..." -DGCC_MAJOR="...".
+ *
+ * With a compile farm (`dockerarch build --farm`: the hosts line in the build secret
+ * dockerarch-farm), compiles go through distcc: ccache stays in front and runs dockerarch-distcc
+ * (this program under that name) as its prefix command, which runs distcc with the compiler's
+ * farm name, dockerarch-<toolchain digest>-<triplet>-gcc (a farm server whitelists only the
+ * names of its own toolchain's digest), and records where the compile ran ("HOST ok", "localhost
+ * ok retried-after HOST") in $DOCKERARCH_FARM_LOG. A server that fails is said on stderr, never
+ * absorbed silently: distcc compiles locally instead and the log counts it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CCACHE "/usr/lib/dockerarch/libexec/ccache"
+#define DISTCC "/usr/lib/dockerarch/libexec/distcc"
+#define DISTCC_PREFIX "/usr/lib/dockerarch/bin/dockerarch-distcc"
+#define FARM_NAMES "/usr/lib/dockerarch/farm"
+#define FARM_HOSTS "/run/secrets/dockerarch-farm"
+#define TOOLCHAIN_ID "/usr/lib/dockerarch/toolchain-id"
 
 static const char *real_compiler(const char *name) {
     static char path[256];
@@ -101,15 +116,171 @@ static int report(void) {
     return foreign == 0 ? 0 : 1;
 }
 
+
+/* The first line of a small file, without its newline ("" when there is none). */
+static void read_line(const char *path, char *buf, size_t size) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return;
+    }
+    if (fgets(buf, (int)size, f) == NULL) {
+        buf[0] = '\0';
+    }
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = '\0';
+}
+
+/* A distcc host token without its options: "10.0.0.5:3632/8,lzo" -> "10.0.0.5:3632". */
+static void host_of(const char *token, char *out, size_t size) {
+    size_t n = strcspn(token, "/,: \t");
+    if (token[n] == ':' && token[n + 1] >= '0' && token[n + 1] <= '9') {  /* keep the port */
+        n += 1 + strcspn(token + n + 1, "/,: \t");
+    }
+    if (n >= size) {
+        n = size - 1;
+    }
+    memcpy(out, token, n);
+    out[n] = '\0';
+}
+
+/* dockerarch-distcc COMPILER ARGS...: one compile through distcc, its place recorded. */
+static int distribute(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "dockerarch-distcc: no compiler given\n");
+        return 2;
+    }
+    const char *compiler = argv[1];
+    const char *base = strrchr(compiler, '/') ? strrchr(compiler, '/') + 1 : compiler;
+    const char *tool = strstr(base, "-g++") ? "g++" : strstr(base, "-gcc") ? "gcc" : NULL;
+    char hosts[4096], id[128];
+    read_line(FARM_HOSTS, hosts, sizeof hosts);
+    read_line(TOOLCHAIN_ID, id, sizeof id);
+    int compiles = 0;
+    for (int i = 2; i < argc; i++) {
+        compiles |= strcmp(argv[i], "-c") == 0;
+    }
+    /* A link or a probe is not a compile distcc sends anywhere: it runs here, unrecorded. */
+    if (tool == NULL || !compiles || hosts[0] == '\0' || strlen(id) < 16) {
+        execv(compiler, argv + 1);
+        fprintf(stderr, "dockerarch-distcc: cannot run %s: %s\n", compiler, strerror(errno));
+        return 127;
+    }
+    char name[256];
+    snprintf(name, sizeof name, "dockerarch-%.16s-%s-%s", id, TRIPLET, tool);
+    char log[] = "/tmp/dockerarch-distcc.XXXXXX";
+    int fd = mkstemp(log);
+    if (fd < 0) {
+        fprintf(stderr, "dockerarch-distcc: cannot make a log file: %s\n", strerror(errno));
+        return 127;
+    }
+    close(fd);
+    pid_t pid = fork();
+    if (pid < 0) {
+        unlink(log);
+        return 127;
+    }
+    if (pid == 0) {
+        char path[4096];
+        const char *old = getenv("PATH");
+        snprintf(path, sizeof path, "%s:%s", FARM_NAMES, old ? old : "/usr/bin:/bin");
+        mkdir("/tmp/dockerarch-distcc", 0700);  /* distcc's slot locks and back-off state */
+        setenv("PATH", path, 1);
+        setenv("DISTCC_HOSTS", hosts, 1);
+        setenv("DISTCC_LOG", log, 1);
+        setenv("DISTCC_VERBOSE", "1", 1);
+        setenv("DISTCC_FALLBACK", "1", 1);
+        setenv("DISTCC_DIR", "/tmp/dockerarch-distcc", 1);
+        char **args = calloc((size_t)argc + 1, sizeof *args);
+        if (args == NULL) {
+            _exit(127);
+        }
+        args[0] = (char *)"distcc";
+        args[1] = name;
+        for (int i = 2; i < argc; i++) {
+            args[i] = argv[i];
+        }
+        execv(DISTCC, args);
+        fprintf(stderr, "dockerarch-distcc: cannot run %s: %s\n", DISTCC, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    /* distcc's own words: "exec on HOST: ..." for each place it tried, the last being where the
+     * compile ran (an earlier one failed: distcc said why in an ERROR line, and compiled here
+     * instead), "failed to distribute SRC to HOST" too when it gave up on a server. */
+    char place[256] = "localhost", failed[1024] = "", line[8192], reason[512] = "";
+    int tried = 0;
+    FILE *f = fopen(log, "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        char host[256] = "";
+        char *at = strstr(line, "] exec on ");
+        if (at != NULL) {
+            if (tried++ > 0) {
+                snprintf(host, sizeof host, "%s", place);  /* the one before failed */
+            }
+            host_of(at + strlen("] exec on "), place, sizeof place);
+        } else if ((at = strstr(line, "failed to distribute ")) != NULL
+                   && (at = strstr(at, " to ")) != NULL) {
+            host_of(at + 4, host, sizeof host);
+        }
+        if (host[0] != '\0' && strcmp(host, "localhost") != 0 && strstr(failed, host) == NULL
+            && strlen(failed) + strlen(host) + 2 < sizeof failed) {
+            strcat(failed, failed[0] ? "," : "");
+            strcat(failed, host);
+        }
+        at = strstr(line, "ERROR: ");
+        if (at != NULL && reason[0] == '\0') {
+            snprintf(reason, sizeof reason, "%s", at + strlen("ERROR: "));
+            reason[strcspn(reason, "\n")] = '\0';
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    unlink(log);
+    if (failed[0] != '\0') {
+        fprintf(stderr, "dockerarch-distcc: farm server %s failed (%s): compiled on %s instead\n",
+                failed, reason[0] ? reason : "no reason given", place);
+    }
+    const char *farm_log = getenv("DOCKERARCH_FARM_LOG");
+    if (farm_log != NULL && *farm_log != '\0') {
+        char out[1536];
+        int n = snprintf(out, sizeof out, "%s %s%s%s\n", place, code == 0 ? "ok" : "failed",
+                         failed[0] ? " retried-after " : "", failed);
+        int lf = open(farm_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (lf >= 0 && n > 0) {
+            if (write(lf, out, (size_t)n) < 0) { /* a lost log line never fails a compile */ }
+            close(lf);
+        }
+    }
+    return code;
+}
+
+static int farm_given(void) {
+    char hosts[16];
+    read_line(FARM_HOSTS, hosts, sizeof hosts);
+    return hosts[0] != '\0' && access(DISTCC, X_OK) == 0;
+}
+
 int main(int argc, char **argv) {
     const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     if (argc == 2 && strcmp(argv[1], "--report") == 0) {
         return report();
     }
+    if (strcmp(name, "dockerarch-distcc") == 0) {
+        return distribute(argc, argv);
+    }
     record(name, argc, argv);
     const char *compiler = real_compiler(name);
     const char *use_ccache = getenv("DOCKERARCH_CCACHE");
+    int farm = farm_given();
     if ((use_ccache == NULL || strcmp(use_ccache, "0") != 0) && access(CCACHE, X_OK) == 0) {
+        if (farm) {  /* ccache in front: only what it must compile goes to the farm */
+            setenv("CCACHE_PREFIX", DISTCC_PREFIX, 1);
+        }
         char **args = calloc((size_t)argc + 2, sizeof *args);
         if (args == NULL) {
             return 127;
@@ -120,6 +291,22 @@ int main(int argc, char **argv) {
             args[i + 1] = argv[i];
         }
         execv(CCACHE, args);
+    }
+    if (farm) {
+        for (int i = 1; i < argc; i++) {
+            if (strcmp(argv[i], "-c") == 0) {  /* a compile without ccache: to the farm */
+                char **args = calloc((size_t)argc + 2, sizeof *args);
+                if (args == NULL) {
+                    return 127;
+                }
+                args[0] = (char *)DISTCC_PREFIX;
+                args[1] = (char *)compiler;
+                for (int j = 1; j < argc; j++) {
+                    args[j + 1] = argv[j];
+                }
+                return distribute(argc + 1, args);
+            }
+        }
     }
     argv[0] = (char *)compiler;
     execv(compiler, argv);

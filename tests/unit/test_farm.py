@@ -1,0 +1,136 @@
+"""Compile farm pieces that need no engine: server addresses, the hosts line a build gives distcc,
+the probe's verdicts, where compiles ran, the server image and the farm: section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dockerarch import farm
+from dockerarch.config import parse_registry_config
+from dockerarch.errors import ConfigError, UsageError
+from dockerarch.targets import load_targets
+
+
+def test_servers_parse_as_distcc_writes_hosts() -> None:
+    assert farm.parse_server("10.0.0.5") == farm.Server("10.0.0.5", 3632, None)
+    assert farm.parse_server("buildbox:4000/8") == farm.Server("buildbox", 4000, 8)
+    servers = farm.parse_servers(["10.0.0.5,10.0.0.6:3633", " 10.0.0.5 ", ""])
+    assert [s.address for s in servers] == ["10.0.0.5:3632", "10.0.0.6:3633"]
+    assert farm.parse_server("127.0.0.2").loopback and farm.parse_server("localhost").loopback
+    assert not farm.parse_server("10.0.0.5").loopback
+
+
+@pytest.mark.parametrize("bad", ["not a host!", "host:99999", "host:1/0", "-x", "a;rm -rf /"])
+def test_a_bad_server_is_refused_with_the_form_it_takes(bad: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        farm.parse_server(bad)
+    assert "HOST[:PORT]" in caught.value.render() or "out of range" in caught.value.render()
+
+
+def test_the_hosts_line_randomizes_and_keeps_this_machine_as_one_more_place() -> None:
+    two = [farm.Server("10.0.0.5"), farm.Server("10.0.0.6", 3633, 8)]
+    line = farm.hosts_line(two, local_slots=2)
+    assert line == "--randomize 10.0.0.5:3632,lzo 10.0.0.6:3633/8,lzo localhost/2"
+    assert farm.hosts_line(two[:1], local_slots=0) == "10.0.0.5:3632,lzo"
+
+
+def test_allow_takes_networks_and_refuses_anything_else() -> None:
+    assert farm.check_allow(["10.0.0.0/24,127.0.0.1", "::1"]) == ("10.0.0.0/24", "127.0.0.1", "::1")
+    with pytest.raises(UsageError, match="not an address or network"):
+        farm.check_allow(["everyone"])
+    with pytest.raises(UsageError, match="needs the networks it serves"):
+        farm.check_allow([])
+
+
+def test_the_server_runs_distccd_in_the_foreground_logging_each_compile() -> None:
+    argv = farm.serve_command(farm.Server("127.0.0.2", 4000), ["127.0.0.0/8"], jobs=3)
+    assert argv[:3] == ["distccd", "--daemon", "--no-detach"]
+    assert ["--listen", "127.0.0.2"] == argv[argv.index("--listen") : argv.index("--listen") + 2]
+    assert "--log-stderr" in argv and ["--allow", "127.0.0.0/8"] == argv[-2:]
+    assert argv[argv.index("--port") + 1] == "4000" and argv[argv.index("--jobs") + 1] == "3"
+
+
+PROBE = """\
+digest 13aeb23170553672a724de1e253bfefb33f80982b340b53bc71b803694884234
+server 10.0.0.5:3632 0
+server 10.0.0.6:3632 110
+why 10.0.0.6:3632 ERROR: compile /tmp/probe.c on 10.0.0.6:3632 failed with exit code 110
+server 10.0.0.7:3632 1
+why 10.0.0.7:3632 ERROR: nonblocking connect to 10.0.0.7:3632 failed: Connection refused
+server 10.0.0.8:3632 124
+"""
+
+
+def test_the_probe_keeps_servers_with_the_toolchain_and_says_why_others_are_left_out() -> None:
+    servers = [farm.Server(f"10.0.0.{n}") for n in (5, 6, 7, 8, 9)]
+    probe = farm.read_probe(servers, PROBE, "debian-armv7")
+    assert probe.digest.startswith("13aeb231")
+    assert probe.usable == (servers[0],)
+    why = {s.host: reason for s, reason in probe.refused}
+    assert why["10.0.0.6"].startswith("answers, but has not got debian-armv7's toolchain")
+    assert "sha256:13aeb23170553672" in why["10.0.0.6"]
+    assert why["10.0.0.7"] == why["10.0.0.8"] == "does not answer"
+    assert why["10.0.0.9"] == "was not probed"
+    said: list[str] = []
+    farm.say_refused(probe, said.append)
+    assert said[0].startswith("warning: farm server 10.0.0.6:3632 left out: it answers")
+
+
+def test_the_probe_names_the_compiler_by_the_toolchain_digest() -> None:
+    command = farm.probe_command([farm.Server("10.0.0.5")], "arm-linux-gnueabihf")
+    assert "DISTCC_FALLBACK=0" in command  # a server that fails must not pass by compiling here
+    assert 'dockerarch-$(echo "$digest" | cut -c1-16)-arm-linux-gnueabihf-gcc' in command
+    assert farm.compiler_name("ab" * 32, "aarch64-linux-gnu", "g++") == (
+        "dockerarch-abababababababab-aarch64-linux-gnu-g++"
+    )
+
+
+def test_placement_counts_every_compile_and_each_server_that_failed() -> None:
+    log = (
+        "10.0.0.5:3632 ok\n10.0.0.5:3632 ok\nlocalhost ok\n"
+        "localhost ok retried-after 10.0.0.6:3632\n10.0.0.5:3632 failed\n"
+        "localhost ok retried-after 10.0.0.6:3632,10.0.0.7:3632\n\n"
+    )
+    placed = farm.Placement.parse(log)
+    assert placed.places == {"10.0.0.5:3632": 3, "localhost": 3}
+    assert placed.retried == {"10.0.0.6:3632": 2, "10.0.0.7:3632": 1}
+    assert placed.failed == 1 and placed.total == 6
+    lines = placed.lines()
+    assert lines[0] == "farm: 6 compiles: 3 on 10.0.0.5:3632, 3 on this machine"
+    assert "farm: 10.0.0.6:3632 failed 2 compiles, done again elsewhere" in lines
+    assert farm.Placement.parse("").lines() == []
+
+
+def test_the_server_image_installs_each_targets_cross_compiler_under_digest_names() -> None:
+    targets = load_targets()
+    chosen = [targets["debian-armv7"], targets["debian-aarch64"]]
+    image = farm.server_image(chosen, targets["debian-amd64"])
+    text = image.dockerfile
+    assert text.startswith("# Generated by dockerarch: a compile farm server for debian-aarch64")
+    assert f"FROM --platform=linux/amd64 {targets['debian-amd64'].base_image} AS server" in text
+    for package in ("distcc", "gcc-12-arm-linux-gnueabihf", "g++-12-aarch64-linux-gnu"):
+        assert f" {package}" in text
+    # Only the digest names are whitelisted: distcc's own list of compilers is emptied first.
+    assert "rm -f /usr/lib/distcc/*" in text
+    assert "sh /dockerarch/toolchain-id arm-linux-gnueabihf armhf" in text
+    assert "ln -s ../../bin/distcc /usr/lib/distcc/$name" in text
+    assert image.tag.startswith("dockerarch/farm:")
+    assert farm.server_image(chosen[:1], targets["debian-amd64"]).tag != image.tag
+
+
+def test_the_farm_section_of_registry_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "registry.yaml"
+    path.write_text(
+        "registry: {address: 127.0.0.1:5000}\nfarm:\n  servers: [10.0.0.5, 'b:4000/8']\n"
+    )
+    assert parse_registry_config(path).farm == ("10.0.0.5:3632", "b:4000/8")
+    path.write_text("registry: {address: 127.0.0.1:5000}\nfarm: {servers: ['x y']}\n")
+    with pytest.raises(ConfigError, match=r"farm\.servers"):
+        parse_registry_config(path)
+    path.write_text("registry: {address: 127.0.0.1:5000}\nfarm: {hosts: [a]}\n")
+    with pytest.raises(ConfigError):
+        parse_registry_config(path)
+    path.write_text("registry: {address: 127.0.0.1:5000}\n")
+    assert parse_registry_config(path).farm == ()
