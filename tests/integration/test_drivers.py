@@ -6,15 +6,14 @@ the same detected processor, the same files, the same dynamic symbols and loadab
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from pathlib import Path
 
 import pytest
-from elftools.elf.elffile import ELFFile
 
 from .conftest import dockerarch
+from .shapes import elf_shape
 
 RECIPE = """\
 description: a cmake + ninja project with feature checks, for the tests
@@ -139,23 +138,6 @@ def cache_entries(text: bytes) -> list[str]:
         for line in text.decode().splitlines()
         if line.strip() and not line.startswith(("#", "//"))
     ]
-
-
-def elf_shape(data: bytes) -> tuple[list[str], dict[str, int]]:
-    """Dynamic symbols (name, section index kind, binding) and the size of each loadable section."""
-    elf = ELFFile(io.BytesIO(data))
-    dynsym = elf.get_section_by_name(".dynsym")
-    symbols = sorted(
-        f"{s.name} {s['st_info']['bind']} {s['st_info']['type']} "
-        f"{'UND' if s['st_shndx'] == 'SHN_UNDEF' else 'DEF'}"
-        for s in dynsym.iter_symbols()  # type: ignore[union-attr]
-    )
-    loadable = {
-        s.name: s["sh_size"]
-        for s in elf.iter_sections()
-        if s["sh_flags"] & 0x2  # SHF_ALLOC
-    }
-    return symbols, loadable
 
 
 def manifest(out: Path, target: str) -> dict[str, object]:
