@@ -18,20 +18,27 @@ compile ran from distcc's own log, so nothing is absorbed silently.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import re
 import shlex
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dockerarch import accel, paths
 from dockerarch.errors import UsageError
 from dockerarch.targets import BoardTarget
 
+if TYPE_CHECKING:
+    from dockerarch.render import RenderRequest
+
 DEFAULT_PORT = 3632  # distcc's
+DEFAULT_SLOTS = 4  # distcc's limit of compiles sent at once to a server without /SLOTS
+JOBS_OPTION = "MAX_JOBS"  # the recipes' option for compiles at once
 LABEL = "org.dockerarch.farm"
 IMAGE = "dockerarch/farm"
 FARM_INFO = "/etc/dockerarch-farm"  # in a server's image: "TARGET TRIPLET DIGEST" per line
@@ -99,6 +106,33 @@ def hosts_line(servers: Sequence[Server], local_slots: int) -> str:
     if local_slots > 0:
         entries.append(f"localhost/{local_slots}")
     return " ".join(["--randomize", *entries]) if len(entries) > 1 else " ".join(entries)
+
+
+def farm_jobs(servers: Sequence[Server], local_cores: int) -> int:
+    """Compiles at once that keep every place busy: this machine's cores and each server's
+    slots (distcc makes the rest wait for a slot)."""
+    return local_cores + sum(s.slots or DEFAULT_SLOTS for s in servers)
+
+
+def with_farm_jobs(
+    requests: list[RenderRequest],
+    servers: Sequence[Server],
+    chosen: Mapping[str, str],
+    local_cores: int,
+) -> tuple[list[RenderRequest], int | None]:
+    """With a farm, a recipe compiles as many files at once as there are places (its MAX_JOBS,
+    unless --set gives it): two at a time would leave the servers idle. The requests, and the
+    jobs set (None: none changed)."""
+    if JOBS_OPTION in chosen:
+        return requests, None
+    jobs = farm_jobs(servers, local_cores)
+    changed = [
+        dataclasses.replace(r, options={**r.options, JOBS_OPTION: str(jobs)})
+        if JOBS_OPTION in r.recipe.options
+        else r
+        for r in requests
+    ]
+    return changed, (jobs if changed != requests else None)
 
 
 def compiler_name(digest: str, triplet: str, tool: str) -> str:

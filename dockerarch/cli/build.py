@@ -131,9 +131,10 @@ def build(
 
     accel_module.check_mode(accel)
     live = progress_mode(progress)
+    chosen = parse_set(settings or [])
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
-        settings=parse_set(settings or []), source=source,
+        settings=chosen, source=source,
     )  # fmt: skip
     from dockerarch.files import ensure_writable_dir
 
@@ -148,6 +149,15 @@ def build(
     from dockerarch.farm import parse_servers
 
     servers = () if no_farm else parse_servers(farm if farm else registry.farm)
+    if servers:
+        import os
+
+        from dockerarch.farm import JOBS_OPTION, with_farm_jobs
+
+        requests, jobs = with_farm_jobs(requests, servers, chosen, os.cpu_count() or 2)
+        if jobs:
+            typer.echo(f"farm: {JOBS_OPTION}={jobs} (this machine's cores and the servers' "
+                       f"slots; --set {JOBS_OPTION}=N to choose)", err=True)  # fmt: skip
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,

@@ -134,3 +134,16 @@ def test_the_farm_section_of_registry_yaml(tmp_path: Path) -> None:
         parse_registry_config(path)
     path.write_text("registry: {address: 127.0.0.1:5000}\n")
     assert parse_registry_config(path).farm == ()
+
+
+def test_a_farm_raises_the_recipes_jobs_unless_set() -> None:
+    from dockerarch.render import plan
+
+    requests = plan("qpulib", arch="armv7", target=None, version=None, package=None, settings={})
+    assert requests[0].options["MAX_JOBS"] == "2"
+    servers = [farm.Server("10.0.0.5"), farm.Server("10.0.0.6", 3632, 8)]
+    raised, jobs = farm.with_farm_jobs(requests, servers, {}, local_cores=2)
+    assert jobs == 2 + 4 + 8 and raised[0].options["MAX_JOBS"] == "14"
+    assert raised[0].options["QPU"] == requests[0].options["QPU"]  # nothing else moves
+    kept, jobs = farm.with_farm_jobs(requests, servers, {"MAX_JOBS": "3"}, local_cores=2)
+    assert jobs is None and kept == requests
