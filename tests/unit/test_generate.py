@@ -338,6 +338,30 @@ def test_torch_26_carries_its_patches_whatever_the_source() -> None:
     assert "dockerarch-patches" not in _render("torch", "rpi3", version="1.4.0")
 
 
+def _runtime_packages(text: str) -> set[str]:
+    """The packages the runtime-base stage (the runtime image's and the build's base) installs."""
+    stage = text.split(" AS runtime-base\n", 1)[1].split(" AS build\n", 1)[0]
+    return set(re.findall(r"^ {8}([a-z0-9][a-z0-9.+-]+) \\?$", stage, re.MULTILINE))
+
+
+def test_torchvision_installs_the_libraries_of_a_debian_style_torch() -> None:
+    """On Debian 13 targets torch is built against trixie's libraries: torchvision's build and
+    runtime image install every library torch's own runtime image has (or `import torch` fails
+    in both), with gloo and XNNPACK on aarch64 only; other targets' torch carries its own."""
+    for target in ("trixie-aarch64", "trixie-armv7"):
+        torch, vision = _render("torch", target), _render("torchvision", target)
+        extra = _runtime_packages(torch) - {"libopenblas0", "libgomp1", "python3-numpy"}
+        assert "libsleef-dev" in extra and extra <= _runtime_packages(vision), target
+        build = vision.split(" AS build\n", 1)[1]
+        assert "libsleef-dev" in build and "protobuf-compiler" not in _runtime_packages(vision)
+        assert ("libgloo-dev" in extra) is (target == "trixie-aarch64")
+        assert "TORCH_SYSTEM_LIBS" not in vision  # a switch of the template, not of setup.py
+    git = _render("torchvision", "debian-aarch64")
+    assert "libsleef-dev" not in git and "libfmt-dev" not in git
+    chosen = _render("torchvision", "debian-aarch64", settings={"TORCH_SYSTEM_LIBS": "1"})
+    assert "libsleef-dev" in chosen and "libgloo-dev" in chosen
+
+
 def test_torch_for_armv7_is_debian_13s(capsys: pytest.CaptureFixture[str]) -> None:
     """`--arch armv7` means the recipe's own armv7 target (Debian 13, Debian's source package of
     torch 2.6.0), and says so; aarch64 keeps the arch's default target and git."""
