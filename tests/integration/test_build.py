@@ -120,7 +120,7 @@ def test_c_and_cxx_extensions_build_hybrid_and_run_on_both_arches(arch: str, cex
     result = cext / target / "dockerarch_tinyext-1.0.0"
     assert (result / f"dockerarch_tinyext-1.0.0-cp311-cp311-{tag}.whl").is_file()
     data = manifest(result)
-    assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyxx"
+    assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyhelp tinyxx"
     (artifact,) = data["artifacts"]  # type: ignore[misc]
     assert (
         artifact["elf_files"] == 2 and artifact["needs_glibcxx"]
@@ -180,6 +180,32 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
     )  # fmt: skip
     multiarch = "aarch64-linux-gnu" if arch == "aarch64" else "arm-linux-gnueabihf"
     assert python.stdout.split() == ["True", "True", multiarch], python.stdout + python.stderr
+    # So were the wheel's own modules, installed by pip with --no-compile (pip-install): the same
+    # checks on tinyhelp's .pyc, which the emulated interpreter then imports from.
+    # (the step says so when it runs; a run of the suite on a warm cache finds it CACHED)
+    step = re.search(r"^#(\d+) \[runtime \d+/\d+\] RUN --mount=type=bind,from=artifacts.*$",
+                     runtime_part, re.M)  # fmt: skip
+    assert step, runtime_part
+    assert re.search(rf"^#{step.group(1)} CACHED$", runtime_part, re.M) or re.search(
+        r"pip-install: byte-compiled the [1-9]\d* Python files pip installed, natively "
+        r"\(python3\.\d+\)", runtime_part), runtime_part  # fmt: skip
+    wheel_check = (  # the .pyc as pip-install left it: read before the import, which could rewrite it
+        "import importlib.util, os, struct, sys, sysconfig\n"
+        "src = os.path.join(sysconfig.get_path('purelib'), 'tinyhelp.py')\n"
+        "pyc = open(importlib.util.cache_from_source(src), 'rb').read(16)\n"
+        "st = os.stat(src)\n"
+        "print(pyc[:4] == importlib.util.MAGIC_NUMBER,"
+        " struct.unpack('<II', pyc[8:16]) == (int(st.st_mtime) & 0xFFFFFFFF, st.st_size),"
+        " sys.implementation._multiarch)\n"
+        "import tinyhelp\n"
+        "print(tinyhelp.shout('ok'), tinyhelp.__spec__.cached)\n"
+    )
+    python = subprocess.run(
+        ["docker", "run", "--rm", "--platform", platform, image, "python3", "-B", "-c", wheel_check],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    assert python.stdout.split()[:4] == ["True", "True", multiarch, "OK!"], python.stdout
+    assert python.stdout.split()[4].endswith("/__pycache__/tinyhelp.cpython-311.pyc")
 
 
 def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -> None:
@@ -189,7 +215,7 @@ def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -
     result = tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0"
     data = manifest(result)
     assert data["accel"] == "qemu" and data["hybrid"] is None
-    assert data["smoke"] == "imported tinyext tinyxx"
+    assert data["smoke"] == "imported tinyext tinyhelp tinyxx"
     assert "dockerarch hybrid" not in (result / "build.log").read_text()
     assert run_cext(data["image"]["tag"], "linux/arm64")[1:] == [
         "5",
@@ -380,7 +406,7 @@ def test_native_node_builds_its_platform(
     assert data["builder"] == {"name": "testnode", "endpoint": endpoint}
     assert (
         data["accel"] == "native"
-        and data["smoke"] == "imported tinyext tinyxx"
+        and data["smoke"] == "imported tinyext tinyhelp tinyxx"
         and data["hybrid"] is None
     )
     # The base was copied there, and the build and its runtime image exist only there.

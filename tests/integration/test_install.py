@@ -156,5 +156,5 @@ def test_installed_wheel_builds_the_fixture_hybrid(installed: Path, tmp_path: Pa
     wheel = result / "dockerarch_tinyext-1.0.0-cp311-cp311-linux_aarch64.whl"
     assert str(wheel.relative_to(tmp_path)) in done.stdout.splitlines()
     data = json.loads((result / "manifest.json").read_text())
-    assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyxx"
+    assert data["accel"] == "hybrid" and data["smoke"] == "imported tinyext tinyhelp tinyxx"
     assert data["hybrid"]["emulated"] == 0 and data["hybrid"]["native"] == data["hybrid"]["runs"]

@@ -165,7 +165,14 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
         assert f"{driver}={','.join(accel.DRIVERS[driver])}" in collect
     swap = build.index(f"RUN sh /usr/lib/dockerarch/libexec/use-native-drivers {accel.DRIVERS_LOG}")
     assert graft < swap < build.index("RUN mkdir -p /out")
-    assert not re.search(r"toolchain|ccache|dockerarch-cc|x86", runtime)
+    # The runtime image takes nothing of the cross toolchain; a wheel's installation there
+    # byte-compiles with the native-python stage's interpreter (pip-install, a toolchain script)
+    assert not re.search(r"from=toolchain|ccache|dockerarch-cc|x86", runtime)
+    if "wheel" in RECIPES[recipe].artifacts:
+        assert "--mount=type=bind,from=native-python,target=/run/dockerarch-native" in runtime
+        assert "sh /run/dockerarch/pip-install /run/dockerarch-native --no-cache-dir" in runtime
+        plain = _render(recipe, target, "none")  # no native stage to compile with
+        assert "pip-install" not in plain and "python3 -m pip install --no-cache-dir" in plain
     assert text == _render(recipe, target)  # same input, same bytes
 
 
@@ -544,6 +551,7 @@ def test_the_qpu_dot_example_renders_against_torch_and_qpulib(
     assert (
         "from=torch-wheels,target=/torch-wheels" in build and "from=qpulib,target=/qpulib" in build
     )
-    assert "pip install /torch-wheels/torch-2.6.0[-+]*.whl" in build and "ENV QPU=0" in build
+    assert "pip-install /run/dockerarch-native /torch-wheels/torch-2.6.0[-+]*.whl" in build
+    assert "ENV QPU=0" in build
     code, _, err = run(["generate", "qpu-dot", "--target", "debian-aarch64"], capsys)
     assert code != 0 and "Traceback" not in err
