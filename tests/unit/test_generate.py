@@ -341,9 +341,9 @@ def test_torch_26_carries_its_patches_whatever_the_source() -> None:
         assert build.index("WORKDIR /src/pytorch") < applied < build.index("setup.py bdist_wheel")
     # Debian's tree also gets its wheel's $ORIGIN back and upstream's unversioned libraries (one
     # copy of each in the wheel); a git tree has both
-    assert ("for p in 2.6-save-for-backward-format.patch debian-2.6-wheel-rpath.patch "
-            "debian-2.6-wheel-soversion.patch;") in debian  # fmt: skip
-    assert "for p in 2.6-save-for-backward-format.patch;" in git
+    assert ("for p in 2.6-save-for-backward-format.patch 2.6-tcpstore-32bit-sizes.patch "
+            "debian-2.6-wheel-rpath.patch debian-2.6-wheel-soversion.patch;") in debian  # fmt: skip
+    assert "for p in 2.6-save-for-backward-format.patch 2.6-tcpstore-32bit-sizes.patch;" in git
     assert "dockerarch-patches" not in _render("torch", "rpi3", version="1.4.0")
 
 
