@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dockerarch import engine, hostapt, paths, process, sdcard
-from dockerarch.errors import ConfigError, UsageError
+from dockerarch.errors import CommandFailedError, ConfigError, UsageError
 from dockerarch.files import sha256_file
 from dockerarch.sdcard import Progress
 from dockerarch.targets import BoardTarget
@@ -376,6 +376,21 @@ def _mmdebstrap_line(line: str, progress: Progress) -> None:
         progress(words)
 
 
+# apt's words for lists that do not match the Release file that names them.
+_OUT_OF_STEP = re.compile(
+    r"^E: Failed to fetch (\S+)\s+(File has unexpected size \(\d+ != \d+\)|Hash Sum mismatch)"
+)
+
+
+def mirror_out_of_step(output: str) -> str | None:
+    """apt's own line, shortened, when a bootstrap failed on a mirror whose package lists are
+    out of step with its Release file (a sync in progress, or a stale cache in front of it)."""
+    for line in output.splitlines():
+        if found := _OUT_OF_STEP.match(line.strip()):
+            return f"{found.group(1).rsplit('/dists/', 1)[-1]}: {found.group(2)}"
+    return None
+
+
 def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Progress) -> None:
     process.which(
         "mmdebstrap",
@@ -405,11 +420,26 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
     env = {"PATH": f"{HELPERS_BIN}:{os.environ.get('PATH', os.defpath)}"}
     if epoch is not None:
         env["SOURCE_DATE_EPOCH"] = str(epoch)
-    process.stream(
-        args,
-        env=env,
-        on_line=lambda line: _mmdebstrap_line(line, progress),
-        hint="Install it: scripts/setup-host does.",
-    )
+    try:
+        process.stream(
+            args,
+            env=env,
+            on_line=lambda line: _mmdebstrap_line(line, progress),
+            hint="Install it: scripts/setup-host does.",
+        )
+    except CommandFailedError as exc:
+        if (said := mirror_out_of_step(exc.output)) is None:
+            raise
+        raise CommandFailedError(
+            f"The mirror {request.snapshot or request.mirror} serves {request.suite}'s "
+            f"{request.target.debian_arch} package lists out of step with its Release file "
+            f"(apt: {said}), as a mirror does while it syncs, so no base was made",
+            fix=f"Run the command again later. If it persists, name another mirror for the "
+            f"target in targets.yaml ({request.target.name}: {{mirror: URL}}), or the suite's other "
+            f"name on this mirror ({request.target.name}: {{suite: stable}} where stable is "
+            f"{request.suite}).",
+            returncode=exc.returncode,
+            output=exc.output,
+        ) from exc
     if not out.is_file() or out.stat().st_size == 0:
         raise ConfigError(f"mmdebstrap produced no root filesystem at {out}")

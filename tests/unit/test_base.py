@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch import base, hostapt
-from dockerarch.errors import ConfigError, UsageError
+from dockerarch import base, hostapt, process
+from dockerarch.errors import CommandFailedError, ConfigError, UsageError
 from dockerarch.targets import load_targets
 
 TARGETS = load_targets()
@@ -127,3 +127,68 @@ def test_bootstrap_progress_says_the_hooks_in_words() -> None:
     ]
     # Shipped with the package, beside the toolchain helpers.
     assert base.CA_HOOK.is_file() and base.HELPERS_HOOK.is_file()
+
+
+APT_OUT_OF_STEP = (
+    "I: running apt-get update...\n"
+    "E: Failed to fetch http://mirror.example.invalid/debian/dists/trixie/main/binary-armhf/"
+    "Packages.xz  File has unexpected size (9246492 != 9246996). Mirror sync in progress? "
+    "[IP: 192.0.2.1 80]\n"
+    "E: Some index files failed to download. They have been ignored, or old ones used instead.\n"
+    "E: mmdebstrap failed to run"
+)
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        (APT_OUT_OF_STEP, "trixie/main/binary-armhf/Packages.xz: File has unexpected size (9246492 != 9246996)"),
+        ("E: Failed to fetch http://m.invalid/debian/dists/bookworm/main/binary-arm64/by-hash/SHA256/ab  Hash Sum mismatch",
+         "bookworm/main/binary-arm64/by-hash/SHA256/ab: Hash Sum mismatch"),
+        ("E: Failed to fetch http://m.invalid/debian/dists/x/Release  404  Not Found", None),
+        ("E: Unable to locate package ca-certificates", None),
+    ],
+)  # fmt: skip
+def test_a_mirror_out_of_step_with_its_release_file_is_recognised(
+    output: str, said: str | None
+) -> None:
+    assert base.mirror_out_of_step(output) == said
+
+
+def test_a_bootstrap_on_a_mirror_out_of_step_says_so_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apt's 'unexpected size ... Mirror sync in progress?' is the mirror's state, not the user's
+    input: the error names the mirror, the suite and the lists, and the ways around it."""
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"key")
+    request = base.make_request(TARGETS["trixie-armv7"], keyring=str(keyring))
+
+    def failing(args: list[str], **kw: object) -> None:
+        raise CommandFailedError(
+            f"'{args[0]}' failed with exit code 25", returncode=25, output=APT_OUT_OF_STEP
+        )
+
+    monkeypatch.setattr(process, "which", lambda *a, **kw: "/usr/bin/mmdebstrap")
+    monkeypatch.setattr(process, "stream", failing)
+    with pytest.raises(CommandFailedError) as raised:
+        base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
+    message = raised.value.message
+    assert (
+        "The mirror http://mirror.example.invalid/debian serves trixie's armhf package lists"
+        in message
+    )
+    assert "trixie/main/binary-armhf/Packages.xz: File has unexpected size" in message
+    assert "trixie-armv7: {mirror: URL}" in message and "trixie-armv7: {suite: stable}" in message
+    assert raised.value.returncode == 25 and "\n" not in raised.value.render(width=10_000)
+
+    def other(args: list[str], **kw: object) -> None:
+        raise CommandFailedError(
+            "'mmdebstrap' failed with exit code 1", returncode=1, output="E: no space left"
+        )
+
+    monkeypatch.setattr(process, "stream", other)
+    with pytest.raises(
+        CommandFailedError, match="failed with exit code 1"
+    ):  # any other failure as it was
+        base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
