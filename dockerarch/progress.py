@@ -24,6 +24,15 @@ def clock(seconds: float) -> str:
     return f"{int(seconds // 60):2d}:{int(seconds % 60):02d}"
 
 
+def _milestone(done: int) -> int:
+    """The last of 1, 10, 25, 50, 100, 250, 500, 1000, ... that ``done`` reached (0 before 1)."""
+    reached, step = 0, 1
+    while step <= done:
+        reached = step
+        step = 10 if step == 1 else step * 5 // 2 if str(step).startswith("1") else step * 2
+    return reached
+
+
 class Board:
     """Live or plain progress of named jobs. Thread-safe; use as a context manager."""
 
@@ -114,15 +123,17 @@ class Board:
                 self.stream.flush()
 
     def count(self, name: str, words: str, done: int, total: int, shown: str) -> None:
-        """How far the job's step is (``shown``: "412/1217", "45%"). Live: its line follows
-        every count; plain: a line at each tenth of the way, so CI logs stay readable."""
+        """How far the job's step is (``shown``: "412/1217", "45%", "12 files compiled"; a
+        ``total`` of 0 is not known). Live: its line follows every count; plain: a line at each
+        tenth of the way, or, with no total, at 1, 10, 25, 50, 100, 250, ... so CI logs stay
+        readable."""
         text = f"{words} [{shown}]"
         with self._lock:
             self._since.setdefault(name, time.monotonic())
             if self._live is not None:
                 self._steps[name] = text
                 return
-            tenth = min(10, done * 10 // total)
+            tenth = min(10, done * 10 // total) if total > 0 else _milestone(done)
             if tenth <= self._tenths.get((name, words, total), -1):
                 return
             self._tenths[name, words, total] = tenth

@@ -144,6 +144,13 @@ def _first_words(text: str, width: int = 60) -> str:
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[^\]]+)\] (?P<what>.+)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<what>.+)$")
 _COUNT = re.compile(r"^#\d+ [\d.]+ \s*\[\s*(?:(?P<done>\d+)/(?P<total>\d+)|(?P<percent>\d+)%)\] ")
+# A build that prints its compiler command lines instead (setuptools, plain Makefiles): each line
+# that runs a C or C++ compiler on one source ("aarch64-linux-gnu-g++ ... -c x.cpp -o x.o") is
+# one file compiled, counted with no total known.
+_COMPILE = re.compile(
+    r"^#\d+ [\d.]+ (?:\S*/)?(?:ccache )?(?:[\w.]+-linux-gnu\w*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+)"
+    r"(?:-\d+)? .*\s-c\s"
+)
 TAIL_LINES = 30
 # BuildKit stops passing on a step's output past its log limits (2 MiB, 100 KiB/s by default).
 CLIPPED = re.compile(r"^#\d+ [\d.]+ \[output clipped, log limit .* reached\]")
@@ -171,6 +178,7 @@ class StepTracker:
         self.failed: tuple[str, str] | None = None  # (step title, error)
         self._clock = clock
         self._seen: dict[str, float] = {}  # when each step's title arrived
+        self._compiled: dict[str, int] = {}  # compiler command lines seen, per step
 
     def feed(self, line: str) -> bool:
         """Take one line; True when a step starts doing work (cached steps stay quiet)."""
@@ -195,10 +203,17 @@ class StepTracker:
 
     def count(self, line: str) -> tuple[int, int, str] | None:
         """How far the current step is, when ``line`` (of the current step) says: (done, total,
-        as shown), from ninja's [N/M] or make's [ P%]."""
-        found = _COUNT.match(line)
-        if found is None or self.steps.get(line.partition(" ")[0]) != self.current:
+        as shown), from ninja's [N/M] or make's [ P%]; else, from a compiler's command line, the
+        files compiled so far in the step (total 0: not known)."""
+        number = line.partition(" ")[0]
+        if self.steps.get(number) != self.current:
             return None
+        found = _COUNT.match(line)
+        if found is None:
+            if not _COMPILE.match(line):
+                return None
+            done = self._compiled[number] = self._compiled.get(number, 0) + 1
+            return done, 0, f"{done} file{'s' if done != 1 else ''} compiled"
         if found.group("percent") is not None:
             percent = int(found.group("percent"))
             return percent, 100, f"{percent}%"

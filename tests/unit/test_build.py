@@ -64,6 +64,30 @@ def test_a_compile_step_says_how_far_it_is() -> None:
     assert tracker.count("#19 0.200 [4/9] something else's count") is None
 
 
+SETUPTOOLS_LOG = """\
+#25 [build 11/12] RUN python3 setup.py bdist_wheel --dist-dir /out
+#25 0.1 building 'torchvision._C' extension
+#25 0.1 aarch64-linux-gnu-g++ -march=armv8-a -O2 -fPIC -I/src/vision/torchvision/csrc -c /src/vision/torchvision/csrc/vision.cpp -o build/temp/vision.o -std=c++17
+#25 0.1 /usr/lib/dockerarch/bin/aarch64-linux-gnu-gcc -O2 -fPIC -c a.c -o build/a.o
+#25 0.1 gcc-14 -O2 -c b.c -o b.o
+#25 0.1 aarch64-linux-gnu-g++ -shared build/temp/vision.o -o build/lib/torchvision/_C.so
+#25 0.1 checking whether gcc -c works... yes
+#26 0.1 cc -c other.c -o other.o
+"""
+
+
+def test_a_compile_step_without_a_count_says_how_many_files_it_compiled() -> None:
+    """setuptools and plain Makefiles print each compiler command: each that compiles one source
+    (-c) is counted, with no total; links and configure checks are not."""
+    tracker = steps.StepTracker()
+    counts = []
+    for line in SETUPTOOLS_LOG.splitlines():
+        tracker.feed(line)
+        counts.append(tracker.count(line))
+    assert [c for c in counts if c] == [(1, 0, "1 file compiled"), (2, 0, "2 files compiled"),
+                                         (3, 0, "3 files compiled")]  # fmt: skip
+
+
 def test_a_local_source_tree_is_a_package(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "tiny-ext"\nversion = "1.2"\n')
     spec = parse_package_spec(str(tmp_path))

@@ -147,3 +147,16 @@ def test_a_job_that_fails_before_it_starts_shows_no_negative_time() -> None:
     line = next(x for x in stream.getvalue().splitlines() if x.split()[0] == "debian-armv7")
     assert line.split()[1] == "0:00" and "-" not in line.split()[1], line
     assert board._elapsed("debian-armv7") >= 0
+
+
+def test_without_a_terminal_a_compile_with_no_total_says_its_count_at_growing_steps() -> None:
+    board, stream = _plain()
+    with board:
+        for done in range(1, 1301):
+            board.count(
+                "debian-armv7", "compiling qpulib with make", done, 0, f"{done} files compiled"
+            )
+    lines = [line.split(maxsplit=2)[2] for line in stream.getvalue().splitlines()]
+    said = [int(line.split("[")[1].split()[0]) for line in lines]
+    assert said == [1, 10, 25, 50, 100, 250, 500, 1000]
+    assert lines[-1] == "compiling qpulib with make [1000 files compiled]"
