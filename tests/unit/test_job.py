@@ -125,6 +125,25 @@ def test_a_job_runs_its_steps_in_order_and_lands_the_verified_result(tmp_path: P
     assert "### smoke test:" in (final / "build.log").read_text()
 
 
+def test_the_manifest_of_a_build_from_source_names_the_tree_not_the_options_default(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "QPULib"
+    (tree / "Lib").mkdir(parents=True)
+    (tree / "Lib" / "QPULib.h").write_text("// QPULib\n")
+    (request,) = plan("qpulib", arch=None, target="debian-armv7", version=None, package=None,
+                      settings={}, source=str(tree))  # fmt: skip
+    options = build.BuildOptions(out=tmp_path / "dist")
+    job = build.Job(request, options, Recorder(), LOCAL, accel.Decision(accel="qemu"), FakeEngine())
+    result = job.run()
+    assert result.error is None, result.error
+    manifest = json.loads(
+        (tmp_path / "dist" / "debian-armv7" / "qpulib-master" / "manifest.json").read_text()
+    )
+    assert manifest["options"]["SOURCE"] == "--source"  # the git default was not what was built
+    assert manifest["source"]["path"] == str(tree)
+
+
 @pytest.mark.parametrize("failing", [name for name, _ in buildsteps.STEPS])
 def test_a_failure_at_any_step_leaves_the_earlier_result_and_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
