@@ -370,11 +370,7 @@ def write_manifest(job: JobState) -> None:
         "package": request.package.spec if request.package else None,
         "source": request.source.record() if request.source else None,
         "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
-        # A tree given with --source is what was built (under "source"), not SOURCE's default.
-        "options": {
-            **request.options,
-            **({"SOURCE": "--source"} if request.source and "SOURCE" in request.options else {}),
-        },
+        "options": request.built_options,
         "target": job.target,
         "platform": request.target.platform,
         "base": {"image": request.target.base_image, "id": job.base_id},

@@ -24,13 +24,13 @@ def clock(seconds: float) -> str:
     return f"{int(seconds // 60):2d}:{int(seconds % 60):02d}"
 
 
+# Where a count with no total is said in plain output: 1, 10, 25, 50, 100, 250, 500, 1000, ...
+_MILESTONES = (1, *(n * 10**e for e in range(8) for n in (10, 25, 50)))
+
+
 def _milestone(done: int) -> int:
-    """The last of 1, 10, 25, 50, 100, 250, 500, 1000, ... that ``done`` reached (0 before 1)."""
-    reached, step = 0, 1
-    while step <= done:
-        reached = step
-        step = 10 if step == 1 else step * 5 // 2 if str(step).startswith("1") else step * 2
-    return reached
+    """The last milestone ``done`` reached (0 before the first)."""
+    return max((m for m in _MILESTONES if m <= done), default=0)
 
 
 class Board:

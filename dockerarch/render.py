@@ -44,6 +44,12 @@ class RenderRequest:
     chosen_because: str | None = None  # the recipe picked this target for --arch: why
 
     @property
+    def built_options(self) -> dict[str, str]:
+        """The options as built: a tree given with --source is SOURCE=--source (its patch
+        conditions, its manifest), not the option's default, which was not used."""
+        return {**self.options, **({"SOURCE": "--source"} if self.source else {})}
+
+    @property
     def result_name(self) -> str:
         """What the build makes, as its result directory is named: ``<name>-<version>``."""
         name = self.package.dist_name if self.package else self.recipe.name
@@ -140,10 +146,7 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
             "artifacts": list(recipe.artifacts),
             "apt": list(recipe.apt),
             "runtime_apt": list(recipe.runtime_apt),
-            "patches": recipe.patches_for(
-                request.version,
-                {**request.options, **({"SOURCE": "--source"} if request.source else {})},
-            ),
+            "patches": recipe.patches_for(request.version, request.built_options),
         },
         "options": dict(sorted(request.options.items())),
         "package": (

@@ -51,13 +51,19 @@ NINJA_LOG = """\
 """
 
 
-def test_a_compile_step_says_how_far_it_is() -> None:
+def _counts(log: str) -> tuple[steps.StepTracker, list[tuple[int, int, str]]]:
+    """The tracker after ``log``, and every count it took from it, in order."""
     tracker = steps.StepTracker()
     counts = []
-    for line in NINJA_LOG.splitlines():
+    for line in log.splitlines():
         tracker.feed(line)
         counts.append(tracker.count(line))
-    assert [c for c in counts if c] == [(1, 1217, "1/1217"), (3, 9, "3/9"),
+    return tracker, [c for c in counts if c]
+
+
+def test_a_compile_step_says_how_far_it_is() -> None:
+    tracker, counts = _counts(NINJA_LOG)
+    assert counts == [(1, 1217, "1/1217"), (3, 9, "3/9"),
                                          (412, 1217, "412/1217"), (45, 100, "45%"),
                                          (413, 1217, "413/1217")]  # fmt: skip
     # A count of a step that is not the one shown now (a stage running beside it) is not taken.
@@ -79,12 +85,8 @@ SETUPTOOLS_LOG = """\
 def test_a_compile_step_without_a_count_says_how_many_files_it_compiled() -> None:
     """setuptools and plain Makefiles print each compiler command: each that compiles one source
     (-c) is counted, with no total; links and configure checks are not."""
-    tracker = steps.StepTracker()
-    counts = []
-    for line in SETUPTOOLS_LOG.splitlines():
-        tracker.feed(line)
-        counts.append(tracker.count(line))
-    assert [c for c in counts if c] == [(1, 0, "1 file compiled"), (2, 0, "2 files compiled"),
+    _, counts = _counts(SETUPTOOLS_LOG)
+    assert counts == [(1, 0, "1 file compiled"), (2, 0, "2 files compiled"),
                                          (3, 0, "3 files compiled")]  # fmt: skip
 
 
