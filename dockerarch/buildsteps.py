@@ -26,7 +26,7 @@ from dockerarch import farm as farm_module
 from dockerarch.artifacts import VerificationError
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
-from dockerarch.render import RenderRequest, render
+from dockerarch.render import RenderRequest, render_dockerfile
 
 
 class Engine(Protocol):
@@ -100,6 +100,7 @@ class JobState:
     farm_secret: str | None = None  # buildx --secret of the farm's hosts line, when one is used
     farm: farm_module.Placement | None = None  # where the farm's compiles ran
     timings: list[tuple[str, float]] = field(default_factory=list)
+    built_options: dict[str, str] = field(default_factory=dict)  # as the Dockerfile builds them
 
     @property
     def landing(self) -> Path:
@@ -139,7 +140,7 @@ def ensure_base(job: JobState) -> None:
 def prepare_context(job: JobState) -> None:
     """The build context (the recipe's directory, the rendered Dockerfile, the hybrid
     toolchain's helpers) and the named context of a --source."""
-    write_context(job.request, job.context)
+    job.built_options = write_context(job.request, job.context)
     source = job.request.source
     if source is not None:
         from dockerarch.sources import context_dir
@@ -370,7 +371,7 @@ def write_manifest(job: JobState) -> None:
         "package": request.package.spec if request.package else None,
         "source": request.source.record() if request.source else None,
         "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
-        "options": request.built_options,
+        "options": job.built_options or request.built_options,
         "target": job.target,
         "platform": request.target.platform,
         "base": {"image": request.target.base_image, "id": job.base_id},
@@ -470,8 +471,8 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
     job.log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")
 
 
-def write_context(request: RenderRequest, context: Path) -> None:
-    """The recipe's context directory plus the rendered Dockerfile."""
+def write_context(request: RenderRequest, context: Path) -> dict[str, str]:
+    """The recipe's context directory plus the rendered Dockerfile; the options it builds with."""
     if request.recipe.context.is_dir():
         shutil.copytree(request.recipe.context, context, symlinks=True)
     else:
@@ -483,7 +484,9 @@ def write_context(request: RenderRequest, context: Path) -> None:
         shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
     if request.toolchain is not None:
         accel.prepare_context(context)
-    (context / "Dockerfile").write_text(render(request, paths.template_dirs()))
+    rendered = render_dockerfile(request, paths.template_dirs())
+    (context / "Dockerfile").write_text(rendered.text)
+    return rendered.options
 
 
 def smoke_command(request: RenderRequest, reports: list[artifacts.ArtifactReport]) -> str | None:

@@ -126,7 +126,21 @@ def _template_location(exc: BaseException, search_path: tuple[Path, ...]) -> str
     return "?"
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered Dockerfile and the options it builds with: those given, with what the
+    template decided itself (its top-level ``effective_options``: an option a target cannot
+    have, or one another option implies), so that manifest.json says what was built."""
+
+    text: str
+    options: dict[str, str]
+
+
 def render(request: RenderRequest, search_path: list[Path]) -> str:
+    return render_dockerfile(request, search_path).text
+
+
+def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Rendered:
     from jinja2 import TemplateError as JinjaError
     from jinja2 import TemplateNotFound
 
@@ -165,7 +179,11 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
     }
     try:
         template = env.get_template(recipe.template.name)
-        text = template.render(variables)
+        try:
+            module = template.make_module(variables)
+        except Exception:  # as Template.render does: a traceback with the template's lines
+            env.handle_exception()
+        text = str(module)
     except TemplateNotFound as exc:
         where = _template_location(exc, tuple(paths))
         raise TemplateError(
@@ -183,7 +201,17 @@ def render(request: RenderRequest, search_path: list[Path]) -> str:
         raise TemplateError(f"{where}: {exc.problem}", fix=exc.fix) from exc
     if not text.endswith("\n"):
         text += "\n"
-    return text
+    decided = getattr(module, "effective_options", None) or {}
+    where = f"Template {recipe.template}"
+    if not isinstance(decided, dict) or not all(
+        name in recipe.options and isinstance(value, str) for name, value in decided.items()
+    ):
+        raise TemplateError(
+            f"{where} sets effective_options to {decided!r}: it must map the recipe's options "
+            f"({', '.join(sorted(recipe.options))}) to strings",
+            fix='Name only options the recipe declares, with string values ({"USE_X": "0"}).',
+        )
+    return Rendered(text=text, options={**request.built_options, **decided})
 
 
 def for_generate(request: RenderRequest, mode: str) -> RenderRequest:

@@ -8,7 +8,7 @@ import pytest
 
 from dockerarch import accel, paths
 from dockerarch.recipes import load_recipes
-from dockerarch.render import for_generate, plan, render
+from dockerarch.render import TemplateError, for_generate, plan, render, render_dockerfile
 from dockerarch.targets import load_targets
 
 from .cli import run
@@ -328,6 +328,45 @@ def test_torch_from_debians_source_package() -> None:
     # a git SOURCE given with --set wins over the target's default
     git = _render("torch", "trixie-armv7", settings={"SOURCE": "https://example.invalid/pytorch"})
     assert "git clone" in git and "source --only-source" not in git
+
+
+def _built_options(recipe: str, target: str, **kw: object) -> dict[str, str]:
+    (request,) = plan(recipe, arch=None, target=target, version=None, package=None,
+                      settings=kw.pop("settings", {}), **kw)  # type: ignore[arg-type]  # fmt: skip
+    return render_dockerfile(for_generate(request, "hybrid"), paths.template_dirs()).options
+
+
+def test_the_options_recorded_are_those_built_not_those_given() -> None:
+    """manifest.json's options come from the render: Debian's source implies the system's
+    libraries, and armhf has no packaged XNNPACK, whatever the recipe's defaults say."""
+    debian = _built_options("torch", "trixie-armv7")
+    assert (debian["SOURCE"], debian["SYSTEM_LIBS"], debian["USE_XNNPACK"]) == ("debian", "1", "0")
+    assert "USE_XNNPACK=1" not in _render("torch", "trixie-armv7")
+    arm64 = _built_options("torch", "trixie-aarch64")
+    assert (arm64["SYSTEM_LIBS"], arm64["USE_XNNPACK"]) == ("1", "1")
+    git = _built_options("torch", "debian-armv7")  # bundled third_party/: as given
+    assert (git["SYSTEM_LIBS"], git["USE_XNNPACK"]) == ("0", "1")
+    off = _built_options("torch", "debian-aarch64", settings={"USE_XNNPACK": "0"})
+    assert off["USE_XNNPACK"] == "0" and "USE_XNNPACK=0" in _render(
+        "torch", "debian-aarch64", settings={"USE_XNNPACK": "0"}
+    )
+
+
+def test_a_template_may_set_only_the_recipes_options(tmp_path: Path) -> None:
+    import dataclasses
+
+    (request,) = plan("qpulib", arch=None, target="debian-armv7", version=None, package=None,
+                      settings={})  # fmt: skip
+    template = tmp_path / "qpulib.Dockerfile.j2"
+    recipe = dataclasses.replace(request.recipe, template=template)
+    template.write_text('{% set effective_options = {"NO_SUCH": "1"} %}FROM scratch\n')
+    with pytest.raises(TemplateError, match="NO_SUCH") as raised:
+        render_dockerfile(dataclasses.replace(request, recipe=recipe), [tmp_path])
+    assert "recipe's options" in raised.value.problem
+    template.write_text("{% set effective_options = {} %}FROM scratch\n")
+    assert render_dockerfile(dataclasses.replace(request, recipe=recipe), [tmp_path]).options == (
+        request.built_options
+    )
 
 
 def test_torch_26_carries_its_patches_whatever_the_source() -> None:
