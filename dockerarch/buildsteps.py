@@ -101,6 +101,7 @@ class JobState:
     farm: farm_module.Placement | None = None  # where the farm's compiles ran
     timings: list[tuple[str, float]] = field(default_factory=list)
     built_options: dict[str, str] = field(default_factory=dict)  # as the Dockerfile builds them
+    source_date_epoch: int | None = None  # the timestamps the build writes into its artifacts
 
     @property
     def landing(self) -> Path:
@@ -127,7 +128,8 @@ def ensure_base(job: JobState) -> None:
         job.say(route.note)
     job.say(f"building on {route.builder} ({job.decision.accel}, {route.endpoint})")
     tag = request.target.base_image
-    job.base_id = _local_base(job, request.target.name, tag)
+    job.base_id, labels = _local_base(job, request.target.name, tag)
+    job.source_date_epoch = source_date_epoch(labels)
     if route.context is not None:
         remote = job.engine.image_labels(tag, route.context)
         if remote is None or remote[0] != job.base_id:
@@ -135,6 +137,27 @@ def ensure_base(job: JobState) -> None:
             job.engine.copy_image(tag, route.context)
     if request.toolchain is not None:
         _local_base(job, request.toolchain.base_target, request.toolchain.base_image)
+
+
+def source_date_epoch(base_labels: dict[str, str]) -> int | None:
+    """SOURCE_DATE_EPOCH for the build's artifacts (wheels' file dates, __DATE__, .debs): the one
+    dockerarch runs with, else the base's own (its archive's Release date), so that the same
+    sources on the same base build to the same bytes. None: neither is known (a base imported
+    from an SD card without SOURCE_DATE_EPOCH), and the tools write today's date."""
+    given = os.environ.get("SOURCE_DATE_EPOCH")
+    if given is not None:
+        if not given.isdigit() or int(given) < 315532800:
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH={given!r} is not a time dockerarch can build with",
+                fix="Give seconds since 1970 from 1980 on (zip files cannot hold earlier "
+                "dates): SOURCE_DATE_EPOCH=$(git log -1 --format=%ct), or unset it to use the "
+                "base's date.",
+            )
+        return int(given)
+    from dockerarch.base import LABEL_PREFIX
+
+    label = base_labels.get(f"{LABEL_PREFIX}.source-date-epoch", "")
+    return int(label) if label.isdigit() else None
 
 
 def prepare_context(job: JobState) -> None:
@@ -375,6 +398,7 @@ def write_manifest(job: JobState) -> None:
         "target": job.target,
         "platform": request.target.platform,
         "base": {"image": request.target.base_image, "id": job.base_id},
+        "source_date_epoch": job.source_date_epoch,
         "image": {"tag": job.image_tag, "id": job.image_id},
         "artifacts": [r.as_dict() for r in job.reports],
         "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
@@ -443,6 +467,9 @@ class SmokeFailed(DockerarchError):
 def stream(job: JobState, spec: BuildSpec, first: str) -> None:
     """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
     job.step(first)
+    if job.source_date_epoch is not None:  # every invocation the same, or none share a cache
+        spec = dataclasses.replace(spec, build_args={
+            **(spec.build_args or {}), "SOURCE_DATE_EPOCH": str(job.source_date_epoch)})  # fmt: skip
     tracker = steps.StepTracker()
     subject = job.request.result_name.rsplit("-", 1)[0]
     job.log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
@@ -504,13 +531,13 @@ def smoke_command(request: RenderRequest, reports: list[artifacts.ArtifactReport
 _BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time
 
 
-def _local_base(job: JobState, name: str, tag: str) -> str:
-    """The id of the local engine's base image ``tag`` of target ``name``, bootstrapped first
-    when missing and dockerarch can."""
+def _local_base(job: JobState, name: str, tag: str) -> tuple[str, dict[str, str]]:
+    """The id and labels of the local engine's base image ``tag`` of target ``name``,
+    bootstrapped first when missing and dockerarch can."""
     with _BASE_LOCKS.setdefault(tag, threading.Lock()):  # concurrent jobs share the amd64 base
         local = job.engine.image_labels(tag)
         if local is not None:
-            return local[0]
+            return local
         from dockerarch import base
         from dockerarch.targets import load_targets
 
@@ -527,7 +554,8 @@ def _local_base(job: JobState, name: str, tag: str) -> str:
                 f"or base import-img SDCARD --target {name}.",
             ) from exc
         job.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
-        return base.bootstrap(request, progress=job.say).image_id
+        made = base.bootstrap(request, progress=job.say).image_id
+        return made, (job.engine.image_labels(tag) or (made, {}))[1]
 
 
 def _registry_cache_ref(job: JobState) -> str | None:

@@ -20,7 +20,7 @@ _APT = re.compile(
     re.S,
 )
 _LISTS = re.compile(r"update-lists (?P<arch>\S+)")
-_SDIST = re.compile(r"source=/sdists/(?P<dist>[^,\s]+)")
+_SDIST = re.compile(r"source=/sdists/(?P<dist>[^,\s/]+)")
 _FETCH = re.compile(r"fetch-sdist '(?P<spec>[^']+)'")
 _COLLECT = re.compile(r"collect-toolchain (?P<triplet>\S+) (?P<gcc>\d+)")
 _NATIVE_WHEELS = re.compile(r"native-wheels \S+ (?P<dists>[^;&|]+)")

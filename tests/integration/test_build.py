@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,36 @@ def test_demo_build_lands_verified_wheels(
         [wheel.name, "build.log", "manifest.json"]
     )
     assert not [p for p in (out / target).iterdir() if p.name.startswith(".")], "temporary left"
+
+
+def test_the_same_sdist_builds_to_the_same_wheel_byte_for_byte(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A user (or a board's operator) can rebuild a wheel and compare: the demo's sdist built
+    again with --no-cache (every step runs, the compiler cache starts empty) gives the same
+    bytes. The wheel's file dates are the base's (its archive's Release date), the objects'
+    debug information names a fixed build directory, not a temporary one."""
+    out, _ = demo
+    target, _, tag, _ = TARGETS["armv7"]
+    name = f"zstandard-0.23.0/zstandard-0.23.0-cp311-cp311-{tag}.whl"
+    again = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch", "armv7",
+                       "--no-cache", "--no-smoke", "--out", str(tmp_path), timeout=1800)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    first, second = out / target / name, tmp_path / target / name
+    data = manifest(first.parent)
+    labels = subprocess.run(["docker", "image", "inspect", f"dockerarch/base/{target}:bookworm",
+                             "--format", "{{json .Config.Labels}}"], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    epoch = int(json.loads(labels.stdout)["org.dockerarch.base.source-date-epoch"])
+    assert data["source_date_epoch"] == epoch == manifest(second.parent)["source_date_epoch"]
+    with zipfile.ZipFile(first) as wheel:
+        dates = {info.date_time for info in wheel.infolist()}
+        so = next(n for n in wheel.namelist() if n.endswith(".so"))
+        elf = wheel.read(so)
+    # zip keeps local time in 2-second steps; wheel writes the epoch in UTC
+    assert dates == {time.gmtime(epoch - epoch % 2)[:6]}, dates
+    assert b"/src/zstandard" in elf and b"/out/.tmp" not in elf  # the build directory, fixed
+    assert first.read_bytes() == second.read_bytes()
 
 
 def test_unchanged_rebuild_runs_no_step(

@@ -57,3 +57,55 @@ FILES = [
 def test_select(requirement: str, expected: str | None) -> None:
     chosen = fetch_sdist.select(FILES, Requirement(requirement))
     assert (chosen["filename"] if chosen else None) == expected
+
+
+def _tarball(path, members: dict[str, bytes | str]):  # type: ignore[no-untyped-def]
+    """A .tar.gz of ``members``: bytes are files, a str a symlink's target."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.mtime = 1700000000
+            if isinstance(data, str):
+                info.type, info.linkname = tarfile.SYMTYPE, data
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_sdist_is_unpacked_as_a_tree_of_a_fixed_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The build runs in TREE whatever the archive's top directory is called, with the
+    archive's file times (compilers record the directory; wheels record the times)."""
+    archive = _tarball(tmp_path / "demo_pkg-1.1.tar.gz", {
+        "demo_pkg-1.1/setup.py": b"setup()\n", "demo_pkg-1.1/src/m.c": b"int m;\n",
+        "demo_pkg-1.1/src/link.c": "m.c",
+    })  # fmt: skip
+    tree = tmp_path / "sdists" / "demo-pkg" / "src"
+    (tree / "stale").mkdir(parents=True)  # an earlier unpack's leftovers go
+    fetch_sdist.unpack(archive, tree)
+    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")) == [
+        "setup.py", "src", "src/link.c", "src/m.c"]  # fmt: skip
+    assert (tree / "src" / "m.c").stat().st_mtime == 1700000000
+    assert not list(tree.parent.glob(".*part"))
+
+
+@pytest.mark.parametrize(
+    ("members", "problem"),
+    [
+        ({"../evil.c": b"x"}, "points outside"),
+        ({"/etc/evil": b"x"}, "points outside"),
+        ({"pkg/setup.py": b"x", "pkg/up": "../../etc/passwd"}, "points outside"),
+        ({"pkg/setup.py": b"x", "other/setup.py": b"y"}, "exactly one top-level directory"),
+    ],
+)
+def test_an_sdist_that_would_escape_its_tree_is_refused(tmp_path, members, problem) -> None:  # type: ignore[no-untyped-def]
+    archive = _tarball(tmp_path / "bad-1.0.tar.gz", members)
+    tree = tmp_path / "out" / "src"
+    with pytest.raises(ValueError, match=problem):
+        fetch_sdist.unpack(archive, tree)
+    assert not tree.exists() and not (tmp_path / "etc").exists()
+    assert list((tmp_path / "out").iterdir()) == []  # nothing half-unpacked is left

@@ -224,11 +224,12 @@ def test_pypi_sdists_are_fetched_natively_and_built_with_uv_in_hybrid_builds(
     # uv from PyPI into the amd64 stage (collect-toolchain grafts it), the sdist fetched there.
     assert f"--target /opt/dockerarch-uv 'uv=={accel.UV_VERSION}'" in head
     assert "FROM toolchain AS sources\n" in head
-    assert f"python3 /dockerarch/fetch-sdist '{spec}' /sdists/{dist}\n" in head
+    # unpacked there too, and built at a path of a fixed name (it is in the debug information)
+    assert f"python3 /dockerarch/fetch-sdist '{spec}' /sdists/{dist} /sdists/{dist}/src\n" in head
     step = build[build.index("RUN --mount=type=bind,from=sources") :].split("\nRUN ")[0]
-    assert f"from=sources,source=/sdists/{dist},target=/sdist" in step
+    assert f"from=sources,source=/sdists/{dist}/src,target=/src/{dist},rw" in step
     assert "uv build --wheel --no-create-gitignore --out-dir /out" in step and step.endswith(
-        "/sdist/*"
+        f" /src/{dist}"
     )
     assert re.findall(r"--config-setting=(\S+)", step) == settings
     assert "id=dockerarch-uv-debian-armv7" in step and "id=dockerarch-ccache-debian-armv7" in step

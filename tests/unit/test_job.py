@@ -43,21 +43,24 @@ class FakeEngine:
     """The engine a build job sees: bases exist, buildx prints a compile and exports a tarball,
     the runtime image loads, the smoke command prints; ``fail`` makes one of them go wrong."""
 
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, fail: str | None = None, labels: dict[str, str] | None = None) -> None:
         self.calls: list[str] = []
         self.fail = fail
+        self.labels = labels or {}
+        self.build_args: list[dict[str, str]] = []
 
     def image_labels(
         self, reference: str, context: str | None = None
     ) -> tuple[str, dict[str, str]] | None:
         self.calls.append(f"image_labels {reference}")
-        return ("sha256:" + reference.replace("/", "-"), {})
+        return ("sha256:" + reference.replace("/", "-"), self.labels)
 
     def copy_image(self, reference: str, to_context: str) -> None:
         self.calls.append(f"copy_image {reference}")
 
     def build_lines(self, spec: BuildSpec) -> Iterator[str]:
         self.calls.append(f"build_lines {spec.stage}")
+        self.build_args.append(dict(spec.build_args or {}))
         yield "#7 [build 3/4] RUN make -j2\n"
         yield "#7 0.5 [1/2] cc -c a.c\n#7 0.9 [2/2] cc -c b.c\n"
         if self.fail == "compile":
@@ -194,3 +197,47 @@ def test_what_the_engine_does_wrong_is_told_as_such(
         assert any("exit code: 2" in line for line in result.error.tail)
     left = sorted(p.name for p in (tmp_path / "dist" / "debian-armv7").iterdir())
     assert left == ["qpulib-master.failed.log"]
+
+
+EPOCH_LABEL = "org.dockerarch.base.source-date-epoch"
+
+
+def test_every_buildx_run_of_a_job_writes_the_bases_date(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SOURCE_DATE_EPOCH reaches every buildx invocation of the job alike (or they would not
+    share their steps) and manifest.json: the base's date, or the one dockerarch ran with."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    for given, expected in ((None, 1783764997), ("1700000000", 1700000000)):
+        if given:
+            monkeypatch.setenv("SOURCE_DATE_EPOCH", given)
+        engine = FakeEngine(labels={EPOCH_LABEL: "1783764997"})
+        out = tmp_path / str(expected)
+        job = _job(out, engine, Recorder())
+        assert job.run().error is None
+        assert engine.build_args and all(
+            args == {"SOURCE_DATE_EPOCH": str(expected)} for args in engine.build_args
+        ), engine.build_args
+        manifest = json.loads(next((out / "dist").rglob("manifest.json")).read_text())
+        assert manifest["source_date_epoch"] == expected
+
+
+def test_without_a_known_date_the_build_passes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    engine = FakeEngine(labels={EPOCH_LABEL: "not a date"})  # an SD card's base has none
+    assert _job(tmp_path, engine, Recorder()).run().error is None
+    assert engine.build_args and all(args == {} for args in engine.build_args)
+
+
+@pytest.mark.parametrize("given", ["yesterday", "-5", "100"])  # 100: before zip's 1980
+def test_a_bad_source_date_epoch_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", given)
+    engine = FakeEngine(labels={EPOCH_LABEL: "1783764997"})
+    result = _job(tmp_path, engine, Recorder()).run()
+    assert result.error is not None and f"SOURCE_DATE_EPOCH={given!r}" in result.error.problem
+    assert "git log -1 --format=%ct" in (result.error.fix or "")
+    assert engine.build_args == []  # nothing was built
