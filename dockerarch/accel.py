@@ -29,6 +29,7 @@ Nothing of this reaches the artifacts (FROM scratch, only /out) or the runtime i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import shutil
@@ -304,7 +305,8 @@ LOG_EXPORT = ".dockerarch-toolchain.log"
 
 def count_runs(toolchain_log: str) -> dict[str, int]:
     """Counts of dockerarch-cc's log: one line per compiler run, 'MACHINE NAME compile|other
-    PARENT', PARENT the program that started it (QEMU's interpreter when that was emulated)."""
+    PARENT', PARENT the program that started it (QEMU's interpreter when that was emulated,
+    followed by the emulated program: 'arm-binfmt-P:cmake')."""
     runs = compiles = native = started_emulated = 0
     for line in toolchain_log.splitlines():
         fields = line.split()
@@ -318,6 +320,18 @@ def count_runs(toolchain_log: str) -> dict[str, int]:
         "runs": runs, "compiles": compiles, "native": native, "emulated": runs - native,
         "started_by_native": runs - started_emulated, "started_by_emulated": started_emulated,
     }  # fmt: skip
+
+
+def emulated_starters(toolchain_log: str) -> dict[str, int]:
+    """The emulated programs that started compiler runs, with how many each started, most
+    first: what of a hybrid build's driver still runs under QEMU ('?' where the log does not
+    name the program)."""
+    starters: collections.Counter[str] = collections.Counter()
+    for line in toolchain_log.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and emulated_starter(fields[3]):
+            starters[fields[3].partition(":")[2] or "?"] += 1
+    return dict(starters.most_common())
 
 
 def count_ccache(stats_log: str) -> dict[str, int]:

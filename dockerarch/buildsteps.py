@@ -97,6 +97,7 @@ class JobState:
     image_id: str | None = None
     smoke_output: str | None = None
     hybrid: dict[str, int] | None = None
+    emulated_starters: dict[str, int] | None = None  # emulated programs that started compiles
     farm_secret: str | None = None  # buildx --secret of the farm's hosts line, when one is used
     farm: farm_module.Placement | None = None  # where the farm's compiles ran
     timings: list[tuple[str, float]] = field(default_factory=list)
@@ -265,7 +266,7 @@ def build_artifacts(job: JobState) -> None:
         exported.unlink()
         for line in job.drivers.lines():
             job.say(line)
-    job.hybrid = _hybrid_counts(job, job.toolchain_log)
+    job.hybrid, job.emulated_starters = _hybrid_counts(job, job.toolchain_log)
 
 
 def verify(job: JobState) -> None:
@@ -404,6 +405,7 @@ def write_manifest(job: JobState) -> None:
         "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
         "accel": job.decision.accel,
         "hybrid": job.hybrid,
+        "emulated_starters": job.emulated_starters,
         "farm": job.farm.as_dict() if job.farm else None,
         "drivers": job.drivers.as_dict() if job.drivers else None,
         "needs_apt": job.needs_apt,
@@ -571,20 +573,23 @@ def _registry_cache_ref(job: JobState) -> str | None:
     return f"{cache}:{re.sub(r'[^a-z0-9_.-]', '-', name)[:128]}"
 
 
-def _hybrid_counts(job: JobState, toolchain_log: Path) -> dict[str, int]:
+def _hybrid_counts(job: JobState, toolchain_log: Path) -> tuple[dict[str, int], dict[str, int]]:
     """Where the build's compiler runs ran, from dockerarch-cc's log (exported with the
-    artifacts: read even when every step was cached)."""
-    counts = accel.count_runs(toolchain_log.read_text(errors="replace"))
+    artifacts: read even when every step was cached), and the emulated programs that started
+    any of them, by name."""
+    log = toolchain_log.read_text(errors="replace")
+    counts, starters = accel.count_runs(log), accel.emulated_starters(log)
     cached = accel.count_ccache((toolchain_log.parent / "ccache.log").read_text(errors="replace"))
     counts.update({f"ccache_{k}": v for k, v in cached.items()})
     if cached["hits"] or cached["misses"]:
         job.say(f"ccache: {cached['hits']} of {cached['hits'] + cached['misses']} compiles "
                 "from the cache")  # fmt: skip
+    by = ", ".join(f"{program} {n}" for program, n in starters.items())
     job.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
             f"runs native (x86-64), {counts['emulated']} under QEMU; "
             f"{counts['started_by_native']} started by a native program, "
-            f"{counts['started_by_emulated']} by an emulated one")  # fmt: skip
-    return counts
+            f"{counts['started_by_emulated']} by an emulated one" + (f" ({by})" if by else ""))  # fmt: skip
+    return counts, starters
 
 
 def _verified_copy(landing: Path, reports: list[artifacts.ArtifactReport], work: Path) -> Path:

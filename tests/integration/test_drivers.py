@@ -191,10 +191,19 @@ def test_the_driver_ran_natively_only_when_asked_and_says_so(
         assert hybrid["emulated"] == 0 and hybrid["compiles"] >= 3  # type: ignore[index]
     assert native["hybrid"]["started_by_emulated"] == 0  # type: ignore[index]
     assert emulated["hybrid"]["started_by_native"] == 0  # type: ignore[index]
+    # The emulated programs that started them are named: the shell ninja and make start each
+    # compile with, and cmake (its compiler checks).
+    assert native["emulated_starters"] == {}
+    starters = emulated["emulated_starters"]
+    assert sum(starters.values()) == emulated["hybrid"]["runs"]  # type: ignore[index,union-attr]
+    assert "sh" in starters and set(starters) <= {"sh", "cmake", "ninja", "make"}  # type: ignore[operator]
     drivers = native["drivers"]
     assert sorted(drivers["native"]) == ["cmake", "dash", "make", "ninja-build"]  # type: ignore[index]
     assert drivers["emulated"] == {}  # type: ignore[index]
     assert emulated["drivers"] is None
     said = " ".join((built["hybrid"] / "stderr.txt").read_text().split())
     assert f"{target} " in said and "native build driver: dash " in said and "cmake 3." in said
-    assert "native build driver" not in (built["compilers"] / "stderr.txt").read_text()
+    said_emulated = " ".join((built["compilers"] / "stderr.txt").read_text().split())
+    assert "native build driver" not in said_emulated
+    runs = emulated["hybrid"]["runs"]  # type: ignore[index]
+    assert f"{runs} by an emulated one (sh {starters['sh']}" in said_emulated  # type: ignore[index]

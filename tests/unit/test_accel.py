@@ -143,6 +143,14 @@ def test_the_toolchain_log_is_counted() -> None:
     }  # fmt: skip
 
 
+def test_the_emulated_programs_that_started_compiler_runs_are_named_most_first() -> None:
+    log = ("x86_64 arm-linux-gnueabihf-gcc compile arm-binfmt-P:cmake\n"
+           "x86_64 cc compile arm-binfmt-P:sh\nx86_64 cc compile dash\n"
+           "x86_64 cc compile qemu-arm-static:sh\nx86_64 cc other arm-binfmt-P\n")  # fmt: skip
+    assert list(accel.emulated_starters(log).items()) == [("sh", 2), ("cmake", 1), ("?", 1)]
+    assert accel.emulated_starters("x86_64 cc compile ninja\n") == {}
+
+
 def test_the_drivers_report_is_read_and_said() -> None:
     report = accel.DriverReport.parse(
         "native dash 0.5.12-2 dash\nnative cmake 3.25.1-1 cmake ctest cpack\n"

@@ -4,7 +4,8 @@
  * cpp and <triplet>-gcc[-N] (and so on). It records each invocation (the machine it runs on, as
  * the kernel reports it, the name it was called by, and the program that started it: the
  * basename of its parent's executable, which for an emulated parent is QEMU's binfmt
- * interpreter) in $DOCKERARCH_TOOLCHAIN_LOG, then execs
+ * interpreter followed by the emulated program, "arm-binfmt-P:cmake") in
+ * $DOCKERARCH_TOOLCHAIN_LOG, then execs
  * ccache with Debian's cross compiler, or the cross compiler alone when ccache is off. Being
  * x86-64 code itself, it never runs under QEMU: the log proves the compiles ran natively.
  *
@@ -48,11 +49,23 @@ static const char *real_compiler(const char *name) {
     return path;
 }
 
-/* The basename of the parent's executable: "dash", "ninja", "make" for a native build driver,
- * QEMU's interpreter ("qemu-arm", "arm-binfmt-P") for an emulated one. */
+static int emulated_program(const char *program) {
+    return strstr(program, "qemu") != NULL || strstr(program, "binfmt") != NULL;
+}
+
+static const char *basename_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash != NULL ? slash + 1 : path;
+}
+
+/* The basename of the parent's executable: "dash", "ninja", "make" for a native build driver.
+ * For an emulated one that is QEMU's interpreter ("qemu-arm", "arm-binfmt-P"), so the program
+ * QEMU runs follows it: the first argument QEMU was given, the emulated program's path, as both
+ * binfmt_misc (with or without the P flag) and a direct `qemu-arm PROGRAM` pass it
+ * ("arm-binfmt-P:cmake"). White space becomes '_': the log's fields are space-separated. */
 static const char *parent_program(void) {
-    static char target[512];
-    char link[64];
+    static char program[768];
+    char link[64], target[512];
     snprintf(link, sizeof link, "/proc/%d/exe", (int)getppid());
     ssize_t n = readlink(link, target, sizeof target - 1);
     if (n <= 0) {
@@ -63,12 +76,30 @@ static const char *parent_program(void) {
     if (space != NULL) {
         *space = '\0';
     }
-    const char *slash = strrchr(target, '/');
-    return slash != NULL ? slash + 1 : target;
-}
-
-static int emulated_program(const char *program) {
-    return strstr(program, "qemu") != NULL || strstr(program, "binfmt") != NULL;
+    snprintf(program, sizeof program, "%s", basename_of(target));
+    if (emulated_program(program)) {
+        char path[64], args[1024];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)getppid());
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? read(fd, args, sizeof args - 1) : -1;
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (got > 0) {
+            args[got] = '\0';
+            size_t first = strlen(args);  /* argv[0], QEMU itself; argv[1] follows its NUL */
+            if ((ssize_t)first + 1 < got && args[first + 1] != '\0') {
+                size_t used = strlen(program);
+                snprintf(program + used, sizeof program - used, ":%s", basename_of(args + first + 1));
+            }
+        }
+    }
+    for (char *c = program; *c != '\0'; c++) {
+        if (*c == ' ' || *c == '\t' || *c == '\n') {
+            *c = '_';
+        }
+    }
+    return program;
 }
 
 static void record(const char *name, int argc, char **argv) {
@@ -86,9 +117,16 @@ static void record(const char *name, int argc, char **argv) {
             compiles = 1;
         }
     }
-    char line[512];
+    char line[1024];
     int n = snprintf(line, sizeof line, "%s %s %s %s\n", uts.machine, name,
                      compiles ? "compile" : "other", parent_program());
+    if (n < 0) {
+        return;
+    }
+    if ((size_t)n >= sizeof line) {  /* cut, but still one line */
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
     int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
         if (write(fd, line, (size_t)n) < 0) { /* a lost log line never fails a compile */ }
