@@ -307,7 +307,7 @@ def count_runs(toolchain_log: str) -> dict[str, int]:
     """Counts of dockerarch-cc's log: one line per compiler run, 'MACHINE NAME compile|other
     PARENT', PARENT the program that started it (QEMU's interpreter when that was emulated,
     followed by the emulated program: 'arm-binfmt-P:cmake')."""
-    runs = compiles = native = started_emulated = 0
+    runs = compiles = native = 0
     for line in toolchain_log.splitlines():
         fields = line.split()
         if len(fields) != 4:
@@ -315,7 +315,7 @@ def count_runs(toolchain_log: str) -> dict[str, int]:
         runs += 1
         compiles += fields[2] == "compile"
         native += fields[0] == "x86_64"
-        started_emulated += emulated_starter(fields[3])
+    started_emulated = sum(emulated_starters(toolchain_log).values())
     return {
         "runs": runs, "compiles": compiles, "native": native, "emulated": runs - native,
         "started_by_native": runs - started_emulated, "started_by_emulated": started_emulated,
