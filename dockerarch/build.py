@@ -72,6 +72,8 @@ class Job:
         self.target = request.target
         self.final = options.out / self.target.name / request.result_name
         self.contexts: dict[str, str] = {}  # named build contexts from other results (uses)
+        if request.wheelset is not None:
+            self.contexts["wheelset"] = str(request.wheelset)
         self.work: Path | None = None  # the job's temporary directory while it runs
 
     def run(self) -> JobResult:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import configparser
 import contextlib
 import html
-import html.parser
 import io
 import json
 import os
@@ -35,7 +34,7 @@ from typing import Any
 import requests
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from dockerarch import artifacts
+from dockerarch import artifacts, simple_api
 from dockerarch.artifacts import VerificationError
 from dockerarch.config import IndexConfig
 from dockerarch.errors import DockerarchError, OutputError, UsageError
@@ -45,7 +44,7 @@ from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
 Say = Callable[[str], None]
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SIMPLE_JSON = simple_api.SIMPLE_JSON
 STATE_PYPIRC = "index/pypirc"  # below the state directory: scripts/setup-host's index
 
 
@@ -216,47 +215,10 @@ def _keyring_password(url: str, username: str | None) -> str | None:
 # --- the index over HTTP -----------------------------------------------------------------------
 
 
-class _Links(html.parser.HTMLParser):
-    """The anchors of a PEP 503 page: (file name, href)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-        self._text = ""
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href, self._text = dict(attrs).get("href") or "", ""
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text += data
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.links.append((self._text.strip(), self._href))
-            self._href = None
-
-
 def parse_project_page(body: bytes, content_type: str, base_url: str) -> dict[str, dict[str, str]]:
     """A project's simple page (PEP 691 JSON or PEP 503 HTML): {file name: {url, sha256}}."""
-    files: dict[str, dict[str, str]] = {}
-    if content_type.split(";")[0].strip() == SIMPLE_JSON:
-        for entry in json.loads(body).get("files", []):
-            url = urllib.parse.urljoin(base_url, entry["url"])
-            files[entry["filename"]] = {"url": url.split("#")[0],
-                                        "sha256": entry.get("hashes", {}).get("sha256", "")}  # fmt: skip
-        return files
-    parser = _Links()
-    parser.feed(body.decode("utf-8", errors="replace"))
-    for text, href in parser.links:
-        url = urllib.parse.urljoin(base_url, html.unescape(href))
-        path, _, fragment = url.partition("#")
-        name = urllib.parse.unquote(path.rstrip("/").rsplit("/", 1)[-1]) or text
-        digest = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
-        files[name] = {"url": path, "sha256": digest}
-    return files
+    return {f.filename: {"url": f.url, "sha256": f.sha256}
+            for f in simple_api.parse_project_page(body, content_type, base_url)}  # fmt: skip
 
 
 class Index:
@@ -286,7 +248,7 @@ class Index:
     def published(self, project: str) -> dict[str, dict[str, str]]:
         """The files the index lists for ``project``: {file name: {url, sha256}}."""
         url = f"{self.simple_url}{project}/"
-        response = self._get(url, headers={"Accept": f"{SIMPLE_JSON}, text/html;q=0.5"})
+        response = self._get(url, headers={"Accept": simple_api.ACCEPT})
         if response.status_code == 404:
             return {}
         if response.status_code != 200:

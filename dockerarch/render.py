@@ -42,6 +42,8 @@ class RenderRequest:
     toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
     source: LocalSource | None = None  # --source: the upstream tree from this machine
     chosen_because: str | None = None  # the recipe picked this target for --arch: why
+    # A wheel set's build: the wheels its build environment and runtime image take, and only them
+    wheelset: Path | None = None
 
     @property
     def built_options(self) -> dict[str, str]:
@@ -176,6 +178,7 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
         ),
         "toolchain": request.toolchain.template_vars() if request.toolchain else None,
         "local_source": request.source is not None,
+        "wheelset": request.wheelset is not None,
     }
     try:
         template = env.get_template(recipe.template.name)

@@ -1,0 +1,537 @@
+"""A wheel set's closure: every distribution a board needs for what it was asked, resolved for the
+board's own Python (markers, tags, glibc), with the build requirements of what must be built.
+
+Resolution is one step before anything is built (pip's resolver's shape, through resolvelib,
+pip's own backtracking resolver library). For each distribution the newest version the
+requirements, constraints and hashes allow wins; its file is a wheel the target's pip accepts when
+the index has one, else its sdist. Dependencies come from core metadata: the wheel's (PEP 658's
+``.metadata`` file when the index serves one, else the wheel itself), or the sdist's own when it
+is static (PKG-INFO of metadata 2.2+ without dynamic Requires-Dist, or pyproject.toml's
+[project]), else the metadata of any wheel of the same version on the index (uv's rule: one
+version, one set of dependencies). Each sdist's build requirements (PEP 518's ``requires``) are
+resolved the same way, preferring what the set already holds, so numpy is built once per target.
+
+Indexes are searched in order, and the first that has a project is the only one asked about it
+(uv's ``first-index``): a name on a private index is never taken from a public one.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.parser
+import io
+import os
+import tarfile
+import tomllib
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+from resolvelib import AbstractProvider
+
+from dockerarch import simple_api
+from dockerarch.errors import DockerarchError
+from dockerarch.files import sha256_file
+from dockerarch.pyenv import PythonTarget
+from dockerarch.pyreqs import Wants
+from dockerarch.simple_api import IndexFile
+
+Say = Callable[[str], None]
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0",)  # PEP 517's fallback for a tree without one
+TIMEOUT = 60  # seconds for one request to an index
+
+
+class ResolutionError(DockerarchError):
+    """The requirements cannot be met for the target from the indexes."""
+
+    exit_code = 9
+
+
+def default_index() -> str:
+    """The index pip uses here: PIP_INDEX_URL, else pip's built-in default (never written in
+    dockerarch)."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    try:
+        from pip._internal.models.index import PyPI  # pip's default; see tests/unit/test_closure
+    except ImportError as exc:  # pragma: no cover - pip is a dependency of every venv we make
+        raise ResolutionError(
+            "No index to resolve from: PIP_INDEX_URL is not set and pip is not installed",
+            fix="Give --index-url URL, or set PIP_INDEX_URL.",
+        ) from exc
+    return str(PyPI.simple_url)
+
+
+# --- the indexes and their files ----------------------------------------------------------------
+
+
+class Indexes:
+    """Project pages and files from the indexes of a set, downloads kept in ``cache`` by
+    sha256 (checked against the index's hash, and the requirement's when it has one)."""
+
+    def __init__(self, wants: Wants, cache: Path, session: requests.Session | None = None) -> None:
+        self.urls = [wants.index_url or default_index(), *wants.extra_index_urls]
+        self.cache = cache
+        self.session = session or requests.Session()
+        self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
+
+    def files(self, name: str) -> tuple[str, list[IndexFile]]:
+        """(index URL, files) of project ``name`` from the first index that has it."""
+        if name not in self._pages:
+            found: tuple[str, list[IndexFile]] = ("", [])
+            for index in self.urls:
+                url = simple_api.project_url(index, name)
+                response = self._get(url, headers={"Accept": simple_api.ACCEPT})
+                if response.status_code == 404:
+                    continue
+                self._check(response, f"the page of {name}")
+                kind = response.headers.get("Content-Type", "")
+                found = (index, simple_api.parse_project_page(response.content, kind, response.url))
+                break
+            self._pages[name] = found
+        return self._pages[name]
+
+    def _get(self, url: str, **kwargs: Any) -> requests.Response:
+        try:
+            return self.session.get(url, timeout=TIMEOUT, **kwargs)
+        except requests.RequestException as exc:
+            raise ResolutionError(
+                f"The package index did not answer for {url}: {type(exc).__name__}",
+                fix="Check the index URL (--index-url/--extra-index-url, or the requirements "
+                "file's) and the network, then run again.",
+            ) from exc
+
+    @staticmethod
+    def _check(response: requests.Response, what: str) -> None:
+        if response.status_code != 200:
+            raise ResolutionError(
+                f"The package index answered {response.status_code} for {what} ({response.url})",
+                fix="Check the index URL and its credentials, then run again.",
+            )
+
+    def download(self, file: IndexFile, allowed: frozenset[str] | None = None) -> Path:
+        """``file`` in the cache, its sha256 checked; written under a temporary name first."""
+        if allowed is not None and file.sha256 not in allowed:
+            raise ResolutionError(
+                f"{file.filename}'s sha256 ({file.sha256 or 'not given by the index'}) is not "
+                "one the requirements allow",
+                fix="Check the --hash lines of the requirements file against the file's "
+                "(pip hash FILE).",
+            )
+        key = file.sha256 or _url_key(file.url)
+        path = self.cache / key[:2] / key / file.filename
+        if path.is_file() and (not file.sha256 or sha256_file(path) == file.sha256):
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+        response = self._get(file.url, stream=True)
+        self._check(response, file.filename)
+        with partial.open("wb") as out:
+            for chunk in response.iter_content(1 << 20):
+                out.write(chunk)
+        digest = sha256_file(partial)
+        if file.sha256 and digest != file.sha256:
+            partial.unlink()
+            raise ResolutionError(
+                f"{file.filename} downloaded from {file.url} has sha256 {digest}, but the index "
+                f"lists {file.sha256}",
+                fix="The index or something between it and this machine changed the file; "
+                "nothing of it was kept. Run again, or ask the index's owner.",
+            )
+        os.replace(partial, path)
+        return path
+
+    def metadata(self, file: IndexFile) -> email.message.Message:
+        """A wheel's core metadata: PEP 658's file when served, else from the wheel itself."""
+        if file.metadata is not None:
+            response = self._get(file.url + ".metadata")
+            if response.status_code == 200:
+                expected = file.metadata.get("sha256")
+                import hashlib
+
+                if expected and hashlib.sha256(response.content).hexdigest() != expected:
+                    raise ResolutionError(
+                        f"The metadata of {file.filename} does not match its hash on the index",
+                        fix="Run again; if it persists, the index serves a wrong file.",
+                    )
+                return email.parser.BytesParser().parsebytes(response.content)
+        return wheel_metadata(self.download(file))
+
+
+def _url_key(url: str) -> str:
+    import hashlib
+
+    return "url-" + hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def wheel_metadata(path: Path) -> email.message.Message:
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist()
+                 if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]  # fmt: skip
+        if not names:
+            raise ResolutionError(f"{path.name} has no .dist-info/METADATA",
+                                  fix="The wheel is broken; report it to its publisher.")
+        return email.parser.BytesParser().parsebytes(archive.read(names[0]))
+
+
+def sdist_members(path: Path, *names: str) -> dict[str, bytes]:
+    """Files at the top of an sdist's one directory (PKG-INFO, pyproject.toml), read without
+    unpacking anything."""
+    found: dict[str, bytes] = {}
+    if path.name.endswith(".zip"):
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                parts = member.split("/")
+                if len(parts) == 2 and parts[1] in names:
+                    found[parts[1]] = archive.read(member)
+        return found
+    with tarfile.open(path) as archive:
+        for member in archive:
+            parts = member.name.split("/")
+            if len(parts) == 2 and parts[1] in names and member.isfile():
+                extracted = archive.extractfile(member)
+                if extracted is not None:
+                    found[parts[1]] = extracted.read()
+    return found
+
+
+def static_requires(members: Mapping[str, bytes]) -> list[str] | None:
+    """An sdist's run-time requirements when they are static (None: only a build knows)."""
+    info = members.get("PKG-INFO")
+    if info is not None:
+        headers = email.parser.BytesParser().parsebytes(info, headersonly=True)
+        version = Version(headers.get("Metadata-Version", "1.0"))
+        dynamic = {d.lower() for d in headers.get_all("Dynamic") or []}
+        if version >= Version("2.2") and "requires-dist" not in dynamic:
+            return list(headers.get_all("Requires-Dist") or [])
+    if "pyproject.toml" in members:
+        try:
+            project = tomllib.loads(members["pyproject.toml"].decode()).get("project")
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            return None
+        if isinstance(project, dict) and "dependencies" not in project.get("dynamic", []) \
+                and "optional-dependencies" not in project.get("dynamic", []):  # fmt: skip
+            requires = list(project.get("dependencies", []))
+            for extra, extra_requires in project.get("optional-dependencies", {}).items():
+                for line in extra_requires:
+                    joined = f" and extra == '{extra}'"
+                    spec, sep, marker = line.partition(";")
+                    requires.append(f"{spec}; ({marker}){joined}" if sep
+                                    else f"{spec}; extra == '{extra}'")  # fmt: skip
+            return requires
+    return None
+
+
+def build_requires(members: Mapping[str, bytes]) -> list[str]:
+    """PEP 518's build-system.requires of an sdist (PEP 517's default without one)."""
+    if "pyproject.toml" not in members:
+        return list(DEFAULT_BUILD_REQUIRES)
+    try:
+        system = tomllib.loads(members["pyproject.toml"].decode()).get("build-system", {})
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return list(DEFAULT_BUILD_REQUIRES)
+    requires = system.get("requires") if isinstance(system, dict) else None
+    return [str(r) for r in requires] if isinstance(requires, list) else list(DEFAULT_BUILD_REQUIRES)
+
+
+# --- candidates and the resolver's provider ------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    name: str  # canonical
+    version: Version
+    file: IndexFile
+    extras: frozenset[str] = frozenset()
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.file.filename.endswith(".whl")
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def _identifier(name: str, extras: Iterable[str]) -> str:
+    extras = sorted(canonicalize_name(e) for e in extras)
+    return f"{canonicalize_name(name)}[{','.join(extras)}]" if extras else canonicalize_name(name)
+
+
+def _split(identifier: str) -> tuple[str, frozenset[str]]:
+    name, _, extras = identifier.partition("[")
+    return name, frozenset(e for e in extras.rstrip("]").split(",") if e)
+
+
+@dataclass
+class _Requirement:
+    requirement: Requirement
+    parent: str | None  # the candidate key that asked, None for the user's own
+
+    @property
+    def identifier(self) -> str:
+        return _identifier(self.requirement.name, self.requirement.extras)
+
+
+class Provider(AbstractProvider):  # type: ignore[type-arg]
+    """resolvelib's provider over the indexes, for one target."""
+
+    def __init__(self, indexes: Indexes, target: PythonTarget, *, constraints: Mapping[str, SpecifierSet],
+                 hashes: Callable[[str], frozenset[str] | None], prefer: Mapping[str, Version]) -> None:  # fmt: skip
+        self.indexes, self.target = indexes, target
+        self.constraints, self.hashes, self.prefer = constraints, hashes, prefer
+        self._requires: dict[str, list[Requirement]] = {}
+        self.python = Version(f"{target.python[0]}.{target.python[1]}.0")
+
+    # resolvelib's interface
+    def identify(self, requirement_or_candidate: _Requirement | Candidate) -> str:
+        if isinstance(requirement_or_candidate, Candidate):
+            return _identifier(requirement_or_candidate.name, requirement_or_candidate.extras)
+        return requirement_or_candidate.identifier
+
+    def get_preference(self, identifier: str, resolutions: Mapping[str, Candidate],
+                       candidates: Mapping[str, Iterator[Candidate]],
+                       information: Mapping[str, Iterator[Any]],
+                       backtrack_causes: Sequence[Any]) -> tuple[bool, bool, str]:  # fmt: skip
+        pinned = any(
+            any(s.operator in ("==", "===") for s in info.requirement.requirement.specifier)
+            for info in information[identifier]
+        )
+        causes = {c.requirement.identifier for c in backtrack_causes}
+        return (identifier not in causes, not pinned, identifier)
+
+    def find_matches(self, identifier: str, requirements: Mapping[str, Iterator[_Requirement]],
+                     incompatibilities: Mapping[str, Iterator[Candidate]]) -> list[Candidate]:  # fmt: skip
+        name, extras = _split(identifier)
+        specifier = SpecifierSet()
+        for wanted in requirements[identifier]:
+            specifier &= wanted.requirement.specifier
+        specifier &= self.constraints.get(name, SpecifierSet())
+        bad = {c.version for c in incompatibilities[identifier]}
+        found = [c for c in self.candidates(name, specifier) if c.version not in bad]
+        preferred = self.prefer.get(name)
+        found.sort(key=lambda c: (c.version == preferred, c.version), reverse=True)
+        return [Candidate(name=c.name, version=c.version, file=c.file, extras=extras) for c in found]
+
+    def is_satisfied_by(self, requirement: _Requirement, candidate: Candidate) -> bool:
+        return requirement.requirement.specifier.contains(candidate.version, prereleases=True)
+
+    def get_dependencies(self, candidate: Candidate) -> list[_Requirement]:
+        found = [_Requirement(Requirement(f"{candidate.name}=={candidate.version}"), candidate.key)
+                 ] if candidate.extras else []  # fmt: skip
+        for requirement in self.requires(candidate):
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({**self.target.markers, "extra": e})
+                                     for e in (candidate.extras or {""})):  # fmt: skip
+                found.append(_Requirement(_plain(requirement), candidate.key))
+        return found
+
+    # the files behind the candidates
+    def candidates(self, name: str, specifier: SpecifierSet) -> list[Candidate]:
+        """One candidate per version the specifier allows: its best wheel for the target, else
+        its sdist; files whose hash the requirements do not allow are not candidates."""
+        _, files = self.indexes.files(name)
+        allowed = self.hashes(name)
+        pinned = any(s.operator in ("==", "===") for s in specifier)
+        by_version: dict[Version, tuple[int, IndexFile]] = {}
+        for file in files:
+            version, rank = self._version_and_rank(file, name)
+            if version is None or rank is None:
+                continue
+            if file.yanked and not pinned:
+                continue
+            if allowed is not None and file.sha256 not in allowed:
+                continue
+            if file.requires_python and not _python_ok(file.requires_python, self.python):
+                continue
+            if not specifier.contains(version, prereleases=True if pinned else None):
+                continue
+            if version not in by_version or rank < by_version[version][0]:
+                by_version[version] = (rank, file)
+        return [Candidate(name=name, version=v, file=f) for v, (_, f) in by_version.items()]
+
+    def _version_and_rank(self, file: IndexFile, name: str) -> tuple[Version | None, int | None]:
+        """A wheel ranks by the target's tags (None: the target's pip refuses it); an sdist
+        ranks after every wheel."""
+        try:
+            if file.filename.endswith(".whl"):
+                wheel_name, version, _, _ = parse_wheel_filename(file.filename)
+                if wheel_name != name:
+                    return None, None
+                return version, self.target.tag_rank(file.filename)
+            sdist_name, version = parse_sdist_filename(file.filename)
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            return None, None
+        return (version, 1 << 20) if sdist_name == name else (None, None)
+
+    def requires(self, candidate: Candidate) -> list[Requirement]:
+        """A candidate's Requires-Dist (cached per name and version)."""
+        key = candidate.key
+        if key not in self._requires:
+            self._requires[key] = [_parse(line, candidate) for line in self._requires_lines(candidate)]
+        return self._requires[key]
+
+    def _requires_lines(self, candidate: Candidate) -> list[str]:
+        if candidate.is_wheel:
+            return list(self.indexes.metadata(candidate.file).get_all("Requires-Dist") or [])
+        members = sdist_members(self.indexes.download(candidate.file), "PKG-INFO", "pyproject.toml")
+        static = static_requires(members)
+        if static is not None:
+            return static
+        _, files = self.indexes.files(candidate.name)
+        for file in files:  # any wheel of the same version: the same dependencies
+            if file.filename.endswith(".whl"):
+                try:
+                    _, version, _, _ = parse_wheel_filename(file.filename)
+                except InvalidWheelFilename:
+                    continue
+                if version == candidate.version:
+                    return list(self.indexes.metadata(file).get_all("Requires-Dist") or [])
+        raise ResolutionError(
+            f"{candidate.file.filename} does not say what {candidate.name} needs at run time "
+            "without being built (its metadata is dynamic) and the index has no wheel of "
+            f"{candidate.version} to read it from",
+            fix=f"List what {candidate.name} needs in the requirements file and build it with "
+            "--no-deps, or pick a version whose sdist has static metadata.",
+        )
+
+
+def _plain(requirement: Requirement) -> Requirement:
+    """A requirement without its marker (evaluated already)."""
+    plain = Requirement(str(requirement))
+    plain.marker = None
+    return plain
+
+
+def _parse(line: str, candidate: Candidate) -> Requirement:
+    try:
+        return Requirement(line)
+    except InvalidRequirement as exc:
+        raise ResolutionError(
+            f"{candidate.file.filename} declares a requirement pip cannot read: {line!r}",
+            fix=f"Pick another version of {candidate.name}.",
+        ) from exc
+
+
+def _python_ok(requires_python: str, python: Version) -> bool:
+    try:
+        return SpecifierSet(requires_python).contains(python, prereleases=True)
+    except InvalidSpecifier:
+        return True  # as pip: an unreadable Requires-Python does not exclude the file
+
+
+# --- resolving --------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Resolved:
+    """One distribution of the set: what is installed, and for sdists what their build needs."""
+
+    candidate: Candidate
+    requires: set[str] = field(default_factory=set)  # keys of the run-time dependencies
+    needed_by: set[str] = field(default_factory=set)  # keys (or 'the requirements') that ask
+    build_env: dict[str, str] = field(default_factory=dict)  # name -> key, sdists only
+    runtime: bool = True  # installed on the board (False: only some build needs it)
+
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+
+def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candidate]:
+    from resolvelib import BaseReporter, ResolutionImpossible, Resolver
+
+    resolver: Resolver[_Requirement, Candidate, str] = Resolver(provider, BaseReporter())  # type: ignore[arg-type]
+    try:
+        result = resolver.resolve(roots, max_rounds=2000)
+    except ResolutionImpossible as exc:
+        causes = exc.causes or []
+        said = "; ".join(sorted({
+            f"{c.requirement.requirement} (asked by {c.parent.key if c.parent else 'the requirements'})"
+            for c in causes
+        })) or "no version fits"  # fmt: skip
+        raise ResolutionError(
+            f"No set of versions meets the requirements for this target: {said}",
+            fix="No file on the index fits the board (its Python, arch and glibc) for these "
+            "versions, or the pins contradict each other: loosen a pin, or add an index that "
+            "has the package (--extra-index-url).",
+        ) from exc
+    except DockerarchError:
+        raise
+    return {ident: cand for ident, cand in result.mapping.items() if not cand.extras}
+
+
+def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None) -> dict[str, Resolved]:  # fmt: skip
+    """The whole set for ``target``: the requirements' closure, then each sdist's build
+    requirements (recursively), by key (``name==version``)."""
+    constraints: dict[str, SpecifierSet] = {}
+    for c in wants.constraints:
+        if c.requirement.marker is None or c.requirement.marker.evaluate(target.markers):
+            constraints[c.name] = constraints.get(c.name, SpecifierSet()) & c.requirement.specifier
+    roots = [_Requirement(_plain(w.requirement), None) for w in wants.requirements
+             if w.requirement.marker is None or w.requirement.marker.evaluate({**target.markers, "extra": ""})]  # fmt: skip
+    provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for, prefer={})
+    chosen = _resolve(provider, roots)
+    found: dict[str, Resolved] = {}
+    _add(found, chosen, provider, root_names={r.requirement.name for r in roots}, runtime=True)
+    pending = [r for r in found.values() if not r.candidate.is_wheel]
+    done: set[str] = set()
+    while pending:
+        node = pending.pop(0)
+        if node.key in done:
+            continue
+        done.add(node.key)
+        members = sdist_members(indexes.download(node.candidate.file), "pyproject.toml")
+        lines = build_requires(members)
+        if say:
+            say(f"{node.key} builds with {', '.join(lines) or 'nothing'}")
+        build_roots = []
+        for line in lines:
+            requirement = _parse(line, node.candidate)
+            if requirement.marker is None or requirement.marker.evaluate({**target.markers, "extra": ""}):
+                build_roots.append(_Requirement(_plain(requirement), node.key))
+        prefer = {r.candidate.name: r.candidate.version for r in found.values()}
+        build_provider = Provider(indexes, target, constraints={}, hashes=lambda _n: None, prefer=prefer)
+        env = _resolve(build_provider, build_roots) if build_roots else {}
+        node.build_env = {c.name: c.key for c in env.values()}
+        added = _add(found, env, build_provider, root_names={r.requirement.name for r in build_roots},
+                     runtime=False, asked_by=node.key)  # fmt: skip
+        pending.extend(r for r in added if not r.candidate.is_wheel)
+    return found
+
+
+def _add(found: dict[str, Resolved], chosen: Mapping[str, Candidate], provider: Provider, *,
+         root_names: set[str], runtime: bool, asked_by: str = "the requirements") -> list[Resolved]:  # fmt: skip
+    """Record a resolution's candidates with their edges; the new ones are returned."""
+    added: list[Resolved] = []
+    by_name = {c.name: c for c in chosen.values()}
+    for candidate in by_name.values():
+        node = found.get(candidate.key)
+        if node is None:
+            node = found[candidate.key] = Resolved(candidate=candidate, runtime=runtime)
+            added.append(node)
+        node.runtime = node.runtime or runtime
+        if canonicalize_name(candidate.name) in {canonicalize_name(n) for n in root_names}:
+            node.needed_by.add(asked_by)
+        for dependency in provider.get_dependencies(candidate):
+            other = by_name.get(canonicalize_name(dependency.requirement.name))
+            if other is not None:
+                node.requires.add(other.key)
+    for node in list(found.values()):
+        for key in node.requires:
+            if key in found:
+                found[key].needed_by.add(node.key)
+    return added

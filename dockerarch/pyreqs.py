@@ -1,0 +1,188 @@
+"""What a wheel set is asked for: requirements files (``-r``), constraints files (``-c``) and
+``--package`` specs, read as pip reads them.
+
+The format is pip's: one requirement a line (PEP 508, markers included), ``#`` comments, ``\\``
+continuations, per-line ``--hash=sha256:...``, and the options ``-r``/``--requirement``,
+``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url`` and ``--require-hashes``.
+Anything else pip would take (editable installs, URLs, local paths, ``--find-links``) is refused by
+name and line, never ignored: a set that silently lost a line would install something else on the
+board than the file says.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from dockerarch.errors import UsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wanted:
+    """One requirement line and where it came from."""
+
+    requirement: Requirement
+    where: str  # 'requirements.txt:3', or '--package'
+    hashes: frozenset[str] = frozenset()  # sha256 hex digests the line allows
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(self.requirement.name)
+
+
+@dataclass(kw_only=True)
+class Wants:
+    """Every requirement and constraint of a set, and where to look for them."""
+
+    requirements: list[Wanted] = field(default_factory=list)
+    constraints: list[Wanted] = field(default_factory=list)
+    index_url: str | None = None  # None: pip's own default
+    extra_index_urls: list[str] = field(default_factory=list)
+    require_hashes: bool = False
+
+    def hashes_for(self, name: str) -> frozenset[str] | None:
+        """The sha256 digests a file of ``name`` may have (None: any). With --require-hashes a
+        requirement without hashes allows none."""
+        if not self.require_hashes:
+            return None
+        found: set[str] = set()
+        for wanted in (*self.requirements, *self.constraints):
+            if wanted.name == name:
+                found |= wanted.hashes
+        return frozenset(found)
+
+
+_OPTION_WITH_VALUE = {"-r": "requirement", "--requirement": "requirement", "-c": "constraint",
+                      "--constraint": "constraint", "-i": "index-url", "--index-url": "index-url",
+                      "--extra-index-url": "extra-index-url"}  # fmt: skip
+_HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+def _logical_lines(path: Path) -> list[tuple[int, str]]:
+    """(first line number, text) with comments gone and continuations joined."""
+    try:
+        raw = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"Cannot read requirements file {path}: {exc}", fix="Check the path given to -r/-c."
+        ) from exc
+    lines: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, line in enumerate(raw, 1):
+        line = re.sub(r"(^|\s)#.*$", "", line)
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        text = (pending + line).strip()
+        pending = ""
+        if text:
+            lines.append((start, text))
+    if pending.strip():
+        lines.append((start, pending.strip()))
+    return lines
+
+
+def _bad(where: str, what: str, fix: str) -> UsageError:
+    return UsageError(f"{where}: {what}", fix=fix)
+
+
+def read_file(path: Path, wants: Wants, *, constraint: bool = False,
+              seen: frozenset[Path] = frozenset()) -> None:  # fmt: skip
+    """Add ``path``'s lines (and those of the files it names) to ``wants``."""
+    path = path.expanduser()
+    if path.resolve() in seen:
+        raise UsageError(f"{path} includes itself (through -r or -c)", fix="Remove the loop.")
+    seen = seen | {path.resolve()}
+    for number, text in _logical_lines(path):
+        where = f"{path}:{number}"
+        if text.startswith("-"):
+            words = shlex.split(text)
+            option, _, value = words[0].partition("=")
+            rest = words[1:]
+            if option == "--require-hashes" and not value and not rest:
+                wants.require_hashes = True
+                continue
+            kind = _OPTION_WITH_VALUE.get(option)
+            if kind is None:
+                raise _bad(where, f"dockerarch does not take {option} in a requirements file",
+                           "A set takes requirements, -r, -c, -i/--index-url, --extra-index-url, "
+                           "--hash and --require-hashes; build a local project with --package "
+                           "./DIR, and put other options on the command line.")  # fmt: skip
+            if not value:
+                if len(rest) != 1:
+                    raise _bad(where, f"{option} takes one value", f"Write it as {option} VALUE.")
+                value = rest[0]
+            elif rest:
+                raise _bad(where, f"{option} takes one value", f"Write it as {option}=VALUE.")
+            if kind in ("requirement", "constraint"):
+                included = Path(value) if Path(value).is_absolute() else path.parent / value
+                read_file(included, wants, constraint=constraint or kind == "constraint", seen=seen)
+            elif kind == "index-url":
+                wants.index_url = value
+            else:
+                wants.extra_index_urls.append(value)
+            continue
+        wanted = parse_line(text, where)
+        (wants.constraints if constraint else wants.requirements).append(wanted)
+        if wanted.hashes:
+            wants.require_hashes = True
+
+
+def parse_line(text: str, where: str) -> Wanted:
+    """One requirement with its ``--hash`` options."""
+    spec, *options = re.split(r"\s+(?=--)", text.strip())
+    hashes: set[str] = set()
+    for option in options:
+        name, _, value = option.partition("=")
+        if name != "--hash" or not value:
+            raise _bad(where, f"'{option}' is not an option a requirement line takes",
+                       "Only --hash=sha256:HEX may follow a requirement.")  # fmt: skip
+        found = _HASH.match(value.strip())
+        if not found:
+            raise _bad(where, f"{value} is not a sha256 hash",
+                       "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).")
+        hashes.add(found.group(1))
+    try:
+        requirement = Requirement(spec)
+    except InvalidRequirement as exc:
+        raise _bad(where, f"'{spec}' is not a requirement: {exc}",
+                   "Write NAME[EXTRAS]SPECIFIER; MARKER, as pip takes it.") from exc  # fmt: skip
+    if requirement.url:
+        raise _bad(where, f"'{spec}' names a URL",
+                   "A set is resolved from package indexes; build a local project with "
+                   "--package ./DIR, or publish it to an index (dockerarch upload).")  # fmt: skip
+    return Wanted(requirement=requirement, where=where, hashes=frozenset(hashes))
+
+
+def read_wants(requirement_files: list[Path], constraint_files: list[Path], packages: list[str],
+               *, index_url: str | None = None, extra_index_urls: list[str] | None = None,
+               require_hashes: bool = False) -> Wants:  # fmt: skip
+    """Everything a set is asked for, from the command line's -r, -c and --package."""
+    wants = Wants(require_hashes=require_hashes)
+    for path in requirement_files:
+        read_file(path, wants)
+    for path in constraint_files:
+        read_file(path, wants, constraint=True)
+    for spec in packages:
+        wants.requirements.append(parse_line(spec, "--package"))
+    if index_url:
+        wants.index_url = index_url
+    wants.extra_index_urls.extend(extra_index_urls or [])
+    if not wants.requirements:
+        raise UsageError("Nothing to build: the requirements given name no package",
+                         fix="Give -r FILE with requirement lines, or --package NAME.")
+    if wants.require_hashes:
+        unhashed = [w for w in wants.requirements if not w.hashes]
+        if unhashed:
+            raise _bad(unhashed[0].where, f"{unhashed[0].requirement} has no --hash, and "
+                       "hashes are required (the file has some, or --require-hashes)",
+                       "Give every requirement its hashes (pip hash FILE, or pip-compile "
+                       "--generate-hashes), or none.")  # fmt: skip
+    return wants
