@@ -89,7 +89,7 @@ class Job:
             # Line-buffered: a Ctrl-C stops this thread with no flush, and the log kept then
             # (keep_interrupted_log) must hold every line buildx had printed.
             with log_path.open("w", buffering=1) as log:
-                state = self._state(work, log, started)
+                state = self.new_state(work, log, started)
                 for name, step in STEPS:
                     began = time.monotonic()
                     step(state)
@@ -114,7 +114,8 @@ class Job:
             result.seconds = time.monotonic() - started
         return result
 
-    def _state(self, work: Path, log: TextIO, started: float) -> JobState:
+    def new_state(self, work: Path, log: TextIO, started: float) -> JobState:
+        """The steps' shared state for a run in ``work``."""
         name = self.target.name
         return JobState(
             request=self.request, route=self.route, decision=self.decision, options=self.options,

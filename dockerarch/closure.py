@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import email.message
 import email.parser
-import io
 import os
 import tarfile
 import tomllib
@@ -182,8 +181,10 @@ def wheel_metadata(path: Path) -> email.message.Message:
         names = [n for n in archive.namelist()
                  if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]  # fmt: skip
         if not names:
-            raise ResolutionError(f"{path.name} has no .dist-info/METADATA",
-                                  fix="The wheel is broken; report it to its publisher.")
+            raise ResolutionError(
+                f"{path.name} has no .dist-info/METADATA",
+                fix="The wheel is broken; report it to its publisher.",
+            )
         return email.parser.BytesParser().parsebytes(archive.read(names[0]))
 
 
@@ -199,10 +200,10 @@ def sdist_members(path: Path, *names: str) -> dict[str, bytes]:
                     found[parts[1]] = archive.read(member)
         return found
     with tarfile.open(path) as archive:
-        for member in archive:
-            parts = member.name.split("/")
-            if len(parts) == 2 and parts[1] in names and member.isfile():
-                extracted = archive.extractfile(member)
+        for info in archive:
+            parts = info.name.split("/")
+            if len(parts) == 2 and parts[1] in names and info.isfile():
+                extracted = archive.extractfile(info)
                 if extracted is not None:
                     found[parts[1]] = extracted.read()
     return found
@@ -244,7 +245,9 @@ def build_requires(members: Mapping[str, bytes]) -> list[str]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError):
         return list(DEFAULT_BUILD_REQUIRES)
     requires = system.get("requires") if isinstance(system, dict) else None
-    return [str(r) for r in requires] if isinstance(requires, list) else list(DEFAULT_BUILD_REQUIRES)
+    return (
+        [str(r) for r in requires] if isinstance(requires, list) else list(DEFAULT_BUILD_REQUIRES)
+    )
 
 
 # --- candidates and the resolver's provider ------------------------------------------------------
@@ -290,8 +293,9 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
     """resolvelib's provider over the indexes, for one target."""
 
     def __init__(self, indexes: Indexes, target: PythonTarget, *, constraints: Mapping[str, SpecifierSet],
-                 hashes: Callable[[str], frozenset[str] | None], prefer: Mapping[str, Version]) -> None:  # fmt: skip
-        self.indexes, self.target = indexes, target
+                 hashes: Callable[[str], frozenset[str] | None], prefer: Mapping[str, Version],
+                 build_names: frozenset[str] = frozenset()) -> None:  # fmt: skip
+        self.indexes, self.target, self.build_names = indexes, target, build_names
         self.constraints, self.hashes, self.prefer = constraints, hashes, prefer
         self._requires: dict[str, list[Requirement]] = {}
         self.python = Version(f"{target.python[0]}.{target.python[1]}.0")
@@ -324,7 +328,9 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
         found = [c for c in self.candidates(name, specifier) if c.version not in bad]
         preferred = self.prefer.get(name)
         found.sort(key=lambda c: (c.version == preferred, c.version), reverse=True)
-        return [Candidate(name=c.name, version=c.version, file=c.file, extras=extras) for c in found]
+        return [
+            Candidate(name=c.name, version=c.version, file=c.file, extras=extras) for c in found
+        ]
 
     def is_satisfied_by(self, requirement: _Requirement, candidate: Candidate) -> bool:
         return requirement.requirement.specifier.contains(candidate.version, prereleases=True)
@@ -351,6 +357,8 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
             version, rank = self._version_and_rank(file, name)
             if version is None or rank is None:
                 continue
+            if name in self.build_names and file.filename.endswith(".whl"):
+                continue  # built from its sdist, as asked
             if file.yanked and not pinned:
                 continue
             if allowed is not None and file.sha256 not in allowed:
@@ -381,7 +389,9 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
         """A candidate's Requires-Dist (cached per name and version)."""
         key = candidate.key
         if key not in self._requires:
-            self._requires[key] = [_parse(line, candidate) for line in self._requires_lines(candidate)]
+            self._requires[key] = [
+                _parse(line, candidate) for line in self._requires_lines(candidate)
+            ]
         return self._requires[key]
 
     def _requires_lines(self, candidate: Candidate) -> list[str]:
@@ -454,7 +464,7 @@ class Resolved:
 def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candidate]:
     from resolvelib import BaseReporter, ResolutionImpossible, Resolver
 
-    resolver: Resolver[_Requirement, Candidate, str] = Resolver(provider, BaseReporter())  # type: ignore[arg-type]
+    resolver: Resolver[_Requirement, Candidate, str] = Resolver(provider, BaseReporter())
     try:
         result = resolver.resolve(roots, max_rounds=2000)
     except ResolutionImpossible as exc:
@@ -474,16 +484,19 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
     return {ident: cand for ident, cand in result.mapping.items() if not cand.extras}
 
 
-def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None) -> dict[str, Resolved]:  # fmt: skip
+def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None,
+            build_names: frozenset[str] = frozenset()) -> dict[str, Resolved]:  # fmt: skip
     """The whole set for ``target``: the requirements' closure, then each sdist's build
-    requirements (recursively), by key (``name==version``)."""
+    requirements (recursively), by key (``name==version``). ``build_names`` are taken from their
+    sdists even where a wheel fits."""
     constraints: dict[str, SpecifierSet] = {}
     for c in wants.constraints:
         if c.requirement.marker is None or c.requirement.marker.evaluate(target.markers):
             constraints[c.name] = constraints.get(c.name, SpecifierSet()) & c.requirement.specifier
     roots = [_Requirement(_plain(w.requirement), None) for w in wants.requirements
              if w.requirement.marker is None or w.requirement.marker.evaluate({**target.markers, "extra": ""})]  # fmt: skip
-    provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for, prefer={})
+    provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for, prefer={},
+                        build_names=build_names)  # fmt: skip
     chosen = _resolve(provider, roots)
     found: dict[str, Resolved] = {}
     _add(found, chosen, provider, root_names={r.requirement.name for r in roots}, runtime=True)
@@ -501,10 +514,14 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
         build_roots = []
         for line in lines:
             requirement = _parse(line, node.candidate)
-            if requirement.marker is None or requirement.marker.evaluate({**target.markers, "extra": ""}):
+            if requirement.marker is None or requirement.marker.evaluate(
+                {**target.markers, "extra": ""}
+            ):
                 build_roots.append(_Requirement(_plain(requirement), node.key))
         prefer = {r.candidate.name: r.candidate.version for r in found.values()}
-        build_provider = Provider(indexes, target, constraints={}, hashes=lambda _n: None, prefer=prefer)
+        build_provider = Provider(
+            indexes, target, constraints={}, hashes=lambda _n: None, prefer=prefer
+        )
         env = _resolve(build_provider, build_roots) if build_roots else {}
         node.build_env = {c.name: c.key for c in env.values()}
         added = _add(found, env, build_provider, root_names={r.requirement.name for r in build_roots},

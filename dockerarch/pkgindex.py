@@ -122,9 +122,13 @@ def find_wheels(requests_: list[RenderRequest], out: Path) -> list[Wheel]:
 def gate(wheel: Wheel) -> None:
     """The board-ABI gate of the target's index: machine, float ABI, tag, GLIBC/GLIBCXX (the
     build's own verification, again) and the target's Python version."""
-    target = wheel.target
-    artifacts.verify(wheel.path, target)
-    _, _, _, tags = parse_wheel_filename(wheel.path.name)
+    gate_file(wheel.path, wheel.target)
+
+
+def gate_file(path: Path, target: BoardTarget) -> artifacts.ArtifactReport:
+    """The board-ABI gate for a wheel file of ``target`` (built or fetched): its report."""
+    report = artifacts.verify(path, target)
+    _, _, _, tags = parse_wheel_filename(path.name)
     major, minor = (int(p) for p in target.python.split("."))
     ok = False
     for tag in tags:
@@ -135,12 +139,13 @@ def gate(wheel: Wheel) -> None:
     if not ok:
         interpreters = ", ".join(sorted({t.interpreter for t in tags}))
         raise VerificationError(
-            f"{wheel.path.name} is for {interpreters}, but target '{target.name}' runs Python "
+            f"{path.name} is for {interpreters}, but target '{target.name}' runs Python "
             f"{target.python}: pip on its boards would refuse it (or worse, a wheel for another "
             "OS release would slip into its index)",
             fix=f"Build it for that target (dockerarch build ... --target {target.name}), and "
             "publish each target's wheels to its own index.",
         )
+    return report
 
 
 # --- credentials -------------------------------------------------------------------------------

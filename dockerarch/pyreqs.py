@@ -146,8 +146,11 @@ def parse_line(text: str, where: str) -> Wanted:
                        "Only --hash=sha256:HEX may follow a requirement.")  # fmt: skip
         found = _HASH.match(value.strip())
         if not found:
-            raise _bad(where, f"{value} is not a sha256 hash",
-                       "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).")
+            raise _bad(
+                where,
+                f"{value} is not a sha256 hash",
+                "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).",
+            )
         hashes.add(found.group(1))
     try:
         requirement = Requirement(spec)
@@ -176,8 +179,10 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
         wants.index_url = index_url
     wants.extra_index_urls.extend(extra_index_urls or [])
     if not wants.requirements:
-        raise UsageError("Nothing to build: the requirements given name no package",
-                         fix="Give -r FILE with requirement lines, or --package NAME.")
+        raise UsageError(
+            "Nothing to build: the requirements given name no package",
+            fix="Give -r FILE with requirement lines, or --package NAME.",
+        )
     if wants.require_hashes:
         unhashed = [w for w in wants.requirements if not w.hashes]
         if unhashed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,7 @@ from dockerarch.cli.output import columns
 if TYPE_CHECKING:
     from dockerarch.build import JobResult
     from dockerarch.render import RenderRequest
+    from dockerarch.wheelset import SetRequest
 
 
 def build(
@@ -112,6 +113,46 @@ def build(
             "'cache' key). --no-cache still pushes a fresh one.",
         ),
     ] = None,
+    requirement: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--requirement",
+            "-r",
+            help="wheel recipe: a requirements file; builds the whole set the board needs (every "
+            "dependency and build requirement, each built once per target or fetched as a wheel "
+            "that fits the board) into OUT/<target>/sets/<name>/; repeatable, mixes with --package.",
+        ),
+    ] = None,
+    constraint: Annotated[
+        list[Path] | None,
+        typer.Option("--constraint", "-c", help="A constraints file for the set; repeatable."),
+    ] = None,
+    no_deps: Annotated[
+        bool,
+        typer.Option(
+            "--no-deps",
+            help="With -r: build only the packages named; what they need must have wheels for "
+            "the board (said before anything is built).",
+        ),
+    ] = False,
+    index_url: Annotated[
+        str | None,
+        typer.Option(
+            "--index-url", "-i", help="With -r: the index to resolve from (pip's default)."
+        ),
+    ] = None,
+    extra_index_url: Annotated[
+        list[str] | None,
+        typer.Option("--extra-index-url", help="With -r: a further index; repeatable."),
+    ] = None,
+    require_hashes: Annotated[
+        bool,
+        typer.Option("--require-hashes", help="With -r: every requirement must carry --hash."),
+    ] = False,
+    set_name: Annotated[
+        str | None,
+        typer.Option("--name", help="With -r: the set's name (default: the first file's)."),
+    ] = None,
     progress: Annotated[
         str,
         typer.Option(
@@ -132,6 +173,19 @@ def build(
     accel_module.check_mode(accel)
     live = progress_mode(progress)
     chosen = parse_set(settings or [])
+    if requirement:
+        from dockerarch.wheelset import SetRequest
+
+        wanted = SetRequest(
+            requirement_files=requirement, constraint_files=constraint or [],
+            packages=[package] if package else [], index_url=index_url,
+            extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
+            no_deps=no_deps, name=set_name,
+        )  # fmt: skip
+        build_set(recipe, wanted, arch=arch, target=target, settings=chosen, out=out,
+                  options=dict(builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache,
+                               smoke=smoke, accel=accel, ccache=ccache), live=live)  # fmt: skip
+        return
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
         settings=chosen, source=source,
@@ -204,6 +258,40 @@ def build(
         from dockerarch.publish import find_built
 
         publish_built(find_built(requests, out), registry, index_tag=None, tags=())
+
+
+def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str | None,
+              settings: dict[str, str], out: Path, options: dict[str, Any], live: bool | None) -> None:  # fmt: skip
+    """build wheel -r: the sets, then a line per target and the set directories on stdout."""
+    from dockerarch import build as build_module
+    from dockerarch import engine, wheelset
+    from dockerarch.files import ensure_writable_dir
+    from dockerarch.progress import Board
+
+    requests = wheelset.set_requests(recipe, wanted, arch=arch, target=target, settings=settings)
+    ensure_writable_dir(out, "--out")
+    engine.daemon_info()
+    build_options = build_module.BuildOptions(out=out, ca_bundle=build_module.host_ca_bundle(),
+                                              **options)  # fmt: skip
+    with Board((r.target.name for r in requests), live=live) as board:
+        made = wheelset.make_sets(requests, wanted, build_options, board)
+    failed = [m for t in made for m in t.members.values() if m.error is not None]
+    for target_set in made:
+        built = sum(1 for m in target_set.members.values() if m.built and m.path is not None)
+        fetched = sum(1 for m in target_set.members.values() if not m.built)
+        if target_set.directory is not None:
+            typer.echo(str(target_set.directory))
+            typer.echo(f"{target_set.target}: {fetched} fetched, {built} built, installed with no "
+                       f"index: {target_set.check} -> {target_set.directory}", err=True)  # fmt: skip
+            if target_set.needs_apt:
+                typer.echo(f"  on a board first: apt install {' '.join(target_set.needs_apt)}",
+                           err=True)  # fmt: skip
+    for member in failed:
+        assert member.error is not None
+        typer.echo("", err=True)
+        typer.echo(member.error.render(), err=True)
+    if failed:
+        raise typer.Exit(max(m.error.exit_code for m in failed if m.error is not None))
 
 
 def summary(results: list[JobResult]) -> str:

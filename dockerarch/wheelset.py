@@ -1,0 +1,585 @@
+"""`dockerarch build wheel -r requirements.txt`: every wheel a board needs, built once per target,
+installed with no compiler.
+
+For each target the set is resolved first (closure.resolve: the requirements' closure for the
+board's Python, and each sdist's build requirements), then:
+
+1. every distribution with a wheel that fits the board is downloaded, its hash checked, and put
+   through the board-ABI gate a built wheel passes (pkgindex.gate_file);
+2. every other one is built hybrid from its sdist, in dependency order, as `build wheel` builds a
+   source tree, with the named context ``wheelset``: the wheels its build requirements resolved to
+   (and its run-time closure) and ``build-constraints.txt`` pinning them. Its build environment
+   takes them from there with no index (no sdist is built on the side: numpy is the set's numpy)
+   and its runtime image installs from there with no network;
+3. the set is written to ``OUT/<target>/sets/<name>/``: its wheels, ``requirements.txt`` with
+   every file's sha256 (the lock file: any pip on any board reads it, --require-hashes), and
+   manifest.json (what was fetched from where, what was built with each build's record, and the
+   apt packages the board needs);
+4. the set is installed into the target's runtime image from the set alone (no index, no
+   network) and every top-level module of it imported there, under QEMU.
+
+Wheels land in ``OUT/<target>/wheels/`` (fetched) and in each build's own result directory
+(built); a build that fails is said with the package that needed it, the rest is kept, and a
+re-run builds only what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+import json
+import os
+import shutil
+import tarfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from dockerarch import closure, pkgindex
+from dockerarch.artifacts import ArtifactReport, VerificationError
+from dockerarch.build import JobResult, Progress
+from dockerarch.buildsteps import BuildOptions
+from dockerarch.closure import Indexes, ResolutionError, Resolved
+from dockerarch.errors import DockerarchError, UsageError
+from dockerarch.files import make_work_dir, replace_dir, sha256_file
+from dockerarch.pyenv import python_target
+from dockerarch.pyreqs import Wants
+from dockerarch.recipes import local_package
+from dockerarch.render import RenderRequest
+
+Say = Callable[[str], None]
+WHEELS = "wheels"  # OUT/<target>/wheels: the wheels fetched for the target
+SETS = "sets"  # OUT/<target>/sets/<name>: the sets
+DOWNLOADS = ".downloads"  # OUT/.downloads: index files by sha256 (the same for every target)
+
+
+class SetBuildFailed(DockerarchError):
+    """A package of the set could not be built; what could was kept."""
+
+    exit_code = 6
+
+
+@dataclass(kw_only=True)
+class Member:
+    """One distribution of a target's set and what became of it."""
+
+    node: Resolved
+    path: Path | None = None  # the wheel, once fetched or built
+    report: ArtifactReport | None = None
+    result: Path | None = None  # a built one's result directory
+    record: dict[str, object] | None = None  # a built one's manifest.json
+    reused: bool = False
+    error: DockerarchError | None = None
+
+    @property
+    def key(self) -> str:
+        return self.node.key
+
+    @property
+    def built(self) -> bool:
+        return not self.node.candidate.is_wheel
+
+
+@dataclass(kw_only=True)
+class TargetSet:
+    """One target's set while it is made."""
+
+    request: RenderRequest  # the wheel recipe for this target (no package)
+    members: dict[str, Member] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # the build order of the built members
+    directory: Path | None = None  # the written set
+    check: str | None = None  # what the installed set's import printed
+    needs_apt: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def target(self) -> str:
+        return self.request.target.name
+
+
+def needed_by(member: Member) -> str:
+    asked = sorted(member.node.needed_by)
+    return ", ".join(asked) if asked else "the requirements"
+
+
+# --- 1. resolve ----------------------------------------------------------------------------------
+
+
+def plan(request: RenderRequest, wants: Wants, out: Path, *, build_names: frozenset[str],
+         no_deps: bool, say: Say) -> TargetSet:  # fmt: skip
+    """The target's set resolved, with its build order. ``build_names`` are built from their
+    sdists even where the index has a wheel (what --package names); with ``no_deps`` nothing else
+    may need a build."""
+    target = python_target(request.target)
+    indexes = Indexes(wants, out / DOWNLOADS)
+    found = closure.resolve(wants, target, indexes, say=say, build_names=build_names)
+    made = TargetSet(request=request, members={k: Member(node=n) for k, n in found.items()})
+    built = [m for m in made.members.values() if m.built]
+    if no_deps:
+        others = [m for m in built if m.node.candidate.name not in build_names]
+        if others:
+            listed = "; ".join(f"{m.key} (needed by {needed_by(m)})" for m in others)
+            raise UsageError(
+                f"With --no-deps, dockerarch builds only {', '.join(sorted(build_names))} for "
+                f"{request.target.name}, but these have no wheel for the board on the index and "
+                f"would have to be built too: {listed}",
+                fix="Drop --no-deps to build them in the set as well (each once for the target), "
+                "or give an index that has wheels for the board (--extra-index-url).",
+            )
+    graph: dict[str, set[str]] = {}
+    for member in built:
+        before = set(member.node.build_env.values()) | member.node.requires
+        graph[member.key] = {k for k in before if k in made.members and made.members[k].built}
+    try:
+        made.order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        cycle = " -> ".join(str(k) for k in exc.args[1])
+        raise ResolutionError(
+            f"The packages to build for {request.target.name} need each other to be built "
+            f"first: {cycle}",
+            fix="Give one of them a wheel (an index that has one, --extra-index-url) to break "
+            "the circle.",
+        ) from exc
+    fetched = len(made.members) - len(built)
+    say(f"set: {len(made.members)} distributions, {fetched} wheels to fetch, {len(built)} to "
+        f"build" + (f" ({', '.join(made.order)})" if made.order else ""))  # fmt: skip
+    return made
+
+
+# --- 2. fetch --------------------------------------------------------------------------------------
+
+
+def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
+    """Every wheel the index has for the board, downloaded (hash-checked) into
+    OUT/<target>/wheels and put through the board-ABI gate."""
+    indexes = Indexes(wants, out / DOWNLOADS)
+    pool = out / made.target / WHEELS
+    pool.mkdir(parents=True, exist_ok=True)
+    for member in made.members.values():
+        if member.built:
+            continue
+        file = member.node.candidate.file
+        allowed = wants.hashes_for(member.node.candidate.name) if member.node.runtime else None
+        downloaded = indexes.download(file, allowed)
+        path = pool / file.filename
+        if not path.is_file() or sha256_file(path) != file.sha256:
+            _link_or_copy(downloaded, path)
+        try:
+            member.report = pkgindex.gate_file(path, made.request.target)
+        except VerificationError as exc:
+            raise VerificationError(
+                f"{file.filename} from the index, which {needed_by(member)} needs, fails the "
+                f"board-ABI gate of {made.target}: {exc.problem}",
+                fix="The index's wheel does not fit the board: pin another version, or have it "
+                f"built from its sdist (--no-binary {member.node.candidate.name}).",
+            ) from exc
+        member.path = path
+    count = sum(1 for m in made.members.values() if not m.built)
+    if count:
+        say(f"set: {count} wheels fetched and checked for {made.target}")
+
+
+def _link_or_copy(source: Path, destination: Path) -> None:
+    partial = destination.with_name(f".{destination.name}.{os.getpid()}.part")
+    partial.unlink(missing_ok=True)
+    try:
+        os.link(source, partial)
+    except OSError:
+        shutil.copy2(source, partial)
+    os.replace(partial, destination)
+
+
+# --- 3. build ----------------------------------------------------------------------------------
+
+
+def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[str, object], Path] | None:  # fmt: skip
+    """A result of this package's build for this target from the same sdist, still the file
+    it verified: (directory, manifest, wheel)."""
+    candidate = member.node.candidate
+    name = canonicalize_name(candidate.name).replace("-", "_")
+    directory = out / target / f"{name}-{candidate.version}"
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    sdist = (manifest.get("wheelset") or {}).get("sdist") or {}
+    if sdist.get("sha256") != candidate.file.sha256 or not candidate.file.sha256:
+        return None
+    for artifact in manifest.get("artifacts", []):
+        path = directory / str(artifact.get("name"))
+        if (
+            artifact.get("kind") == "wheel"
+            and path.is_file()
+            and sha256_file(path) == artifact.get("sha256")
+        ):
+            return directory, manifest, path
+    return None
+
+
+def build_requests(made: TargetSet, key: str, wants: Wants, out: Path, work: Path) -> RenderRequest:
+    """The wheel recipe's request for one member: its unpacked sdist, and the wheelset context
+    (its build environment's wheels, its run-time closure's, build-constraints.txt)."""
+    member = made.members[key]
+    candidate = member.node.candidate
+    indexes = Indexes(wants, out / DOWNLOADS)
+    sdist = indexes.download(candidate.file)
+    tree = unpack_sdist(sdist, work / "sdists" / key.replace("==", "-"))
+    context = work / "sets" / key.replace("==", "-")
+    context.mkdir(parents=True)
+    wanted = set(member.node.build_env.values()) | runtime_closure(made, key)
+    pins = []
+    for other in sorted(wanted):
+        have = made.members[other]
+        if have.path is None:  # an earlier build failed: this one cannot be built
+            raise SetBuildFailed(
+                f"{key} for {made.target} cannot be built: {other}, which its build needs, "
+                "was not built",
+                fix=f"Fix {other}'s build first (its error above); the rest of the set is kept.",
+            )
+        _link_or_copy(have.path, context / have.path.name)
+        if other in member.node.build_env.values():
+            pins.append(other)
+    (context / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
+    spec = local_package(tree)
+    return dataclasses.replace(made.request, package=spec, version=spec.version or "any",
+                               wheelset=context)  # fmt: skip
+
+
+def runtime_closure(made: TargetSet, key: str) -> set[str]:
+    """The keys a member needs at run time, its own dependencies' too (not itself)."""
+    seen: set[str] = set()
+    stack = list(made.members[key].node.requires)
+    while stack:
+        other = stack.pop()
+        if other in seen or other not in made.members:
+            continue
+        seen.add(other)
+        stack.extend(made.members[other].node.requires)
+    seen.discard(key)
+    return seen
+
+
+def unpack_sdist(sdist: Path, destination: Path) -> Path:
+    """The sdist's one top-level directory at ``destination`` (tar with Python's 'data' filter:
+    no absolute paths, no links out, no devices; zip members checked the same way)."""
+    partial = destination.with_name(destination.name + ".part")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        if sdist.name.endswith(".zip"):
+            with zipfile.ZipFile(sdist) as archive:
+                for name in archive.namelist():
+                    if name.startswith("/") or ".." in Path(name).parts:
+                        raise tarfile.OutsideDestinationError(None, name)  # type: ignore[arg-type]
+                archive.extractall(partial)
+        else:
+            with tarfile.open(sdist) as archive:
+                archive.extractall(partial, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+        raise ResolutionError(
+            f"{sdist.name} cannot be unpacked safely: {exc}",
+            fix="The sdist is broken or holds paths outside its directory; pick another version.",
+        ) from exc
+    tops = [p for p in partial.iterdir()]
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise ResolutionError(f"{sdist.name} does not hold one top-level directory",
+                              fix="The sdist is not laid out as PEP 517 says; pick another version.")  # fmt: skip
+    shutil.rmtree(destination, ignore_errors=True)
+    os.replace(tops[0], destination)
+    shutil.rmtree(partial, ignore_errors=True)
+    return destination
+
+
+# --- 4. the set, written and installed --------------------------------------------------------------
+
+
+def lock_lines(made: TargetSet) -> list[str]:
+    """requirements.txt: every run-time member pinned with its file's sha256."""
+    lines = [f"# The wheel set for {made.target} ({made.request.target.platform}, Python "
+             f"{made.request.target.python}), written by dockerarch. On the board:",
+             "#   pip install --no-index --find-links DIR --only-binary :all: --require-hashes -r requirements.txt"]  # fmt: skip
+    for member in sorted(made.members.values(), key=lambda m: m.node.candidate.name):
+        if not member.node.runtime or member.path is None:
+            continue
+        digest = sha256_file(member.path)
+        lines.append(f"{member.node.candidate.name}=={member.node.candidate.version} \\")
+        lines.append(f"    --hash=sha256:{digest}")
+    return lines
+
+
+def write_set(made: TargetSet, out: Path, name: str, wants: Wants) -> Path:
+    """OUT/<target>/sets/<name>/: the board's wheels, requirements.txt (hashed) and
+    manifest.json, written beside and renamed into place."""
+    parent = out / made.target / SETS
+    parent.mkdir(parents=True, exist_ok=True)
+    work = make_work_dir(parent, name)
+    landing = work / "set"
+    landing.mkdir()
+    entries = []
+    needs: set[str] = set()
+    for member in sorted(made.members.values(), key=lambda m: m.node.candidate.name):
+        candidate = member.node.candidate
+        assert member.path is not None
+        if member.node.runtime:
+            _link_or_copy(member.path, landing / member.path.name)
+        record = member.record or {}
+        needs.update(str(p) for p in record.get("needs_apt") or [])  # type: ignore[attr-defined]
+        entries.append({
+            "name": candidate.name, "version": str(candidate.version),
+            "file": member.path.name, "sha256": sha256_file(member.path),
+            "how": "built" if member.built else "fetched",
+            "runtime": member.node.runtime,
+            "needed_by": sorted(member.node.needed_by),
+            "requires": sorted(member.node.requires),
+            **({"from": candidate.file.url, "index_sha256": candidate.file.sha256}
+               if not member.built else {
+                   "sdist": {"file": candidate.file.filename, "url": candidate.file.url,
+                             "sha256": candidate.file.sha256},
+                   "build_env": sorted(member.node.build_env.values()),
+                   "result": str(member.result), "reused": member.reused,
+                   "build": {k: record.get(k) for k in ("seconds", "hybrid", "accel", "needs_apt",
+                                                        "smoke", "options", "base")},
+               }),
+        })  # fmt: skip
+    made.needs_apt = sorted(needs)
+    (landing / "requirements.txt").write_text("\n".join(lock_lines(made)) + "\n")
+    manifest = {
+        "set": name,
+        "target": made.target,
+        "platform": made.request.target.platform,
+        "python": made.request.target.python,
+        "requirements": [f"{w.requirement} ({w.where})" for w in wants.requirements],
+        "constraints": [f"{w.requirement} ({w.where})" for w in wants.constraints],
+        "indexes": [wants.index_url or "pip's default", *wants.extra_index_urls],
+        "build_order": made.order,
+        "distributions": entries,
+        "needs_apt": made.needs_apt,
+        "installed_check": made.check,
+        "fetched": sum(1 for e in entries if e["how"] == "fetched"),
+        "built": sum(1 for e in entries if e["how"] == "built"),
+        "size": sum((landing / str(e["file"])).stat().st_size for e in entries if e["runtime"]),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    final = parent / name
+    replace_dir(landing, final)
+    shutil.rmtree(work, ignore_errors=True)
+    made.directory = final
+    return final
+
+
+def set_name(requirement_files: list[Path], packages: list[str]) -> str:
+    """The set's directory name: the first requirements file's name, else the first package's."""
+    import re
+
+    if requirement_files:
+        stem = requirement_files[0].name
+        stem = stem[: -len(".txt")] if stem.endswith(".txt") else stem
+    else:
+        stem = re.split(r"[\[<>=!~; ]", packages[0], maxsplit=1)[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip(".-") or "set"
+
+
+# --- the whole job ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetRequest:
+    """What `build wheel -r` was asked, as given on the command line."""
+
+    requirement_files: list[Path]
+    constraint_files: list[Path] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)  # --package specs beside the files
+    index_url: str | None = None
+    extra_index_urls: list[str] = field(default_factory=list)
+    require_hashes: bool = False
+    no_deps: bool = False
+    name: str | None = None
+
+    def wants(self) -> Wants:
+        from dockerarch.pyreqs import read_wants
+
+        return read_wants(self.requirement_files, self.constraint_files, self.packages,
+                          index_url=self.index_url, extra_index_urls=self.extra_index_urls,
+                          require_hashes=self.require_hashes)  # fmt: skip
+
+    @property
+    def build_names(self) -> frozenset[str]:
+        """--package names are built from their sdists; so is everything with --no-deps."""
+        wants = self.wants()
+        named = [w.name for w in wants.requirements if w.where == "--package"]
+        if self.no_deps:
+            named = [w.name for w in wants.requirements]
+        return frozenset(named)
+
+    @property
+    def set_name(self) -> str:
+        return self.name or set_name(self.requirement_files, self.packages)
+
+
+def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: str | None,
+                 settings: dict[str, str]) -> list[RenderRequest]:  # fmt: skip
+    """The wheel recipe's request for each target (options checked), before anything runs."""
+    from dockerarch.render import plan as plan_requests
+
+    if recipe != "wheel":
+        raise UsageError(f"-r builds a set of wheels; recipe '{recipe}' does not take it",
+                         fix="Use dockerarch build wheel -r FILE.")  # fmt: skip
+    if wanted.name is not None and set_name([], [wanted.name]) != wanted.name:
+        raise UsageError(f"--name {wanted.name!r} is not a directory name dockerarch writes",
+                         fix="Use letters, digits, '.', '_' and '-'.")  # fmt: skip
+    first = wanted.wants().requirements[0].requirement.name
+    return plan_requests("wheel", arch=arch, target=target, version=None, package=first,
+                         settings=settings)  # fmt: skip
+
+
+def make_sets(
+    requests: list[RenderRequest], wanted: SetRequest, options: BuildOptions, progress: Progress
+) -> list[TargetSet]:
+    """Every target's set: resolved (all targets before anything is fetched or built), fetched,
+    built in dependency order (one package per target at a time, targets side by side), written
+    and installed with no network. A failed build is kept in its member's ``error``; the set of
+    that target is then not written."""
+    from dockerarch import build as build_module
+
+    started = time.monotonic()
+    wants, name = wanted.wants(), wanted.set_name
+    build_names, no_deps = wanted.build_names, wanted.no_deps
+    made = []
+    for request in requests:
+        say = _sayer(progress, request.target.name)
+        made.append(plan(request, wants, options.out, build_names=build_names, no_deps=no_deps,
+                         say=say))  # fmt: skip
+    for target_set in made:
+        fetch(target_set, wants, options.out, _sayer(progress, target_set.target))
+    work = make_work_dir(options.out, "wheelset")
+    try:
+        queues = {t.target: list(t.order) for t in made}
+        while any(queues.values()):
+            round_requests: list[tuple[TargetSet, str, RenderRequest]] = []
+            for target_set in made:
+                while queues[target_set.target]:
+                    key = queues[target_set.target].pop(0)
+                    member = target_set.members[key]
+                    try:
+                        if _reuse(target_set, member, options.out, progress):
+                            continue
+                        request = build_requests(target_set, key, wants, options.out, work)
+                    except DockerarchError as exc:
+                        member.error = exc
+                        continue
+                    round_requests.append((target_set, key, request))
+                    break
+            if not round_requests:
+                continue
+            for target_set, key, _ in round_requests:
+                progress.say(target_set.target, f"set: building {key} (needed by "
+                             f"{needed_by(target_set.members[key])})")  # fmt: skip
+            results = build_module.run_jobs([r for _, _, r in round_requests], options, progress)
+            for (target_set, key, _), result in zip(round_requests, results, strict=True):
+                _take(target_set.members[key], result)
+        for target_set in made:
+            failed = [m for m in target_set.members.values() if m.error is not None]
+            if failed:
+                continue
+            write_set(target_set, options.out, name, wants)
+            check_installed(target_set, options, progress, name)
+            write_set(target_set, options.out, name, wants)  # with the check's result
+            target_set.seconds = time.monotonic() - started
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return made
+
+
+def _sayer(progress: Progress, target: str) -> Say:
+    return lambda line: progress.say(target, line)
+
+
+def _reuse(made: TargetSet, member: Member, out: Path, progress: Progress) -> bool:
+    found = previous_result(out, made.target, member)
+    if found is None:
+        return False
+    member.result, member.record, member.path = found
+    member.reused = True
+    progress.say(made.target, f"set: {member.key} already built ({member.result})")
+    return True
+
+
+def _take(member: Member, result: JobResult) -> None:
+    """A finished build's wheel into the member, and the sdist it came from into its
+    manifest.json (what a re-run compares)."""
+    from dockerarch.files import write_atomic
+
+    if result.error is not None:
+        member.error = SetBuildFailed(
+            f"{member.key} could not be built for {result.target} (needed by "
+            f"{needed_by(member)}): {result.error.problem}",
+            fix=(result.error.fix or "See its build log.")
+            + (f" Its log: {result.log}." if result.log else "")
+            + " The rest of the set is kept; run the same command again to build what is missing.",
+        )
+        member.error.__cause__ = result.error
+        return
+    wheels = [p for p in result.artifacts if p.name.endswith(".whl")]
+    assert result.directory is not None and wheels
+    manifest_path = result.directory / "manifest.json"
+    record = json.loads(manifest_path.read_text())
+    file = member.node.candidate.file
+    record["wheelset"] = {
+        "sdist": {"file": file.filename, "url": file.url, "sha256": file.sha256},
+        "build_env": sorted(member.node.build_env.values()),
+    }
+    write_atomic(manifest_path, (json.dumps(record, indent=2) + "\n").encode())
+    member.result, member.record, member.path = result.directory, record, wheels[0]
+
+
+def check_installed(made: TargetSet, options: BuildOptions, progress: Progress, name: str) -> None:
+    """The set installed into the target's runtime image from the set alone (no index, no
+    network, --only-binary), the libraries its wheels need found by the target's loader (the
+    board's apt packages installed for them), and every top-level module imported, under QEMU."""
+    from dockerarch import buildsteps
+    from dockerarch.build import Job, plan_accel
+    from dockerarch.builders import route
+    from dockerarch.recipes import PackageSpec
+
+    assert made.directory is not None
+    spec = PackageSpec(spec=name, name=name, version="set")
+    request = dataclasses.replace(
+        made.request, package=spec, version="set", wheelset=made.directory
+    )
+    routed = route(
+        request.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu
+    )
+    decision = plan_accel([request], [routed], options.accel, ccache=options.ccache)[0]
+    job = Job(request, options, progress, routed, decision)
+    work = make_work_dir(made.directory.parent, f"{name}-check")
+    try:
+        job.work = work
+        (work / "result").mkdir()
+        with (work / "check.log").open("w", buffering=1) as log:
+            state = job.new_state(work, log, time.monotonic())
+            for step in (buildsteps.ensure_base, buildsteps.prepare_context):
+                step(state)
+            for member in made.members.values():
+                if member.node.runtime and member.path is not None:
+                    _link_or_copy(member.path, state.landing / member.path.name)
+                    state.reports.append(
+                        member.report or pkgindex.gate_file(member.path, made.request.target)
+                    )
+            buildsteps.runtime_image(state)
+            buildsteps.smoke_test(state)
+            made.check = state.smoke_output
+            if state.needs_apt:
+                made.needs_apt = sorted(set(made.needs_apt) | set(state.needs_apt))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        job.work = None
+
+
+__all__ = ["Member", "SetBuildFailed", "SetRequest", "TargetSet", "build_requests", "fetch",
+           "lock_lines", "make_sets", "plan", "previous_result", "set_name", "set_requests",
+           "unpack_sdist", "write_set"]  # fmt: skip

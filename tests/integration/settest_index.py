@@ -1,0 +1,169 @@
+"""Small packages a wheel-set test writes, and a PEP 503 index on 127.0.0.1 serving them.
+
+- ``dockerarch-settest-a``: a C extension whose wheel carries a header (``a_token.h``) written by
+  its own build with a token drawn at build time, as numpy's wheel carries its headers;
+- ``dockerarch-settest-b``: a C extension that needs ``a`` to build (its setup.py imports a and
+  compiles against a's header, keeping the token) and at run time;
+- ``dockerarch-settest-c``: pure Python, a wheel on the index;
+- ``dockerarch-settest-broken``: an sdist whose C code does not compile.
+
+The sdists and the wheel are written byte by byte here (tarfile, zipfile): nothing is built or
+fetched to make them. Build requirements the index does not have (setuptools) come from the next
+index, pip's default.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+A, B, C, BROKEN = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
+                   "dockerarch-settest-broken")  # fmt: skip
+
+A_SETUP = """\
+import os, secrets
+from setuptools import Extension, setup
+os.makedirs("a_pkg/include", exist_ok=True)
+with open("a_pkg/include/a_token.h", "w") as header:
+    header.write('#define A_TOKEN "%s"\\n' % secrets.token_hex(8))
+setup(packages=["a_pkg"], package_data={"a_pkg": ["include/*.h"]},
+      ext_modules=[Extension("a_pkg._a", ["a_pkg/_a.c"], include_dirs=["a_pkg/include"])])
+"""
+A_INIT = """\
+import os
+from a_pkg._a import token
+def get_include():
+    return os.path.join(os.path.dirname(__file__), "include")
+"""
+A_C = """\
+#include <Python.h>
+#include "a_token.h"
+static PyObject *token(PyObject *self, PyObject *args) { return PyUnicode_FromString(A_TOKEN); }
+static PyMethodDef methods[] = {{"token", token, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_a", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__a(void) { return PyModule_Create(&module); }
+"""
+B_SETUP = """\
+import a_pkg
+from setuptools import Extension, setup
+print("settest-b: compiling against", a_pkg.get_include(), "token", a_pkg.token())
+setup(packages=["b_pkg"],
+      ext_modules=[Extension("b_pkg._b", ["b_pkg/_b.c"], include_dirs=[a_pkg.get_include()])])
+"""
+B_INIT = "import a_pkg\nfrom b_pkg._b import a_token_seen\n"
+B_C = """\
+#include <Python.h>
+#include "a_token.h"
+static PyObject *seen(PyObject *self, PyObject *args) { return PyUnicode_FromString(A_TOKEN); }
+static PyMethodDef methods[] = {{"a_token_seen", seen, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_b", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__b(void) { return PyModule_Create(&module); }
+"""
+BROKEN_SETUP = """\
+from setuptools import Extension, setup
+setup(ext_modules=[Extension("broken_pkg", ["broken.c"])])
+"""
+
+
+def _pyproject(name: str, build: list[str], deps: list[str]) -> str:
+    quoted = ", ".join(f'"{d}"' for d in deps)
+    return (f'[build-system]\nrequires = [{", ".join(f"{chr(34)}{r}{chr(34)}" for r in build)}]\n'
+            'build-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{name}"\nversion = "1.0"\ndependencies = [{quoted}]\n')  # fmt: skip
+
+
+def _pkg_info(name: str, deps: list[str]) -> str:
+    return ("Metadata-Version: 2.2\n" f"Name: {name}\nVersion: 1.0\n"
+            + "".join(f"Requires-Dist: {d}\n" for d in deps))  # fmt: skip
+
+
+def sdist(directory: Path, name: str, files: dict[str, str]) -> Path:
+    """NAME-1.0.tar.gz holding NAME-1.0/<files>."""
+    base = name.replace("-", "_")
+    path = directory / f"{base}-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}-1.0/{member}")
+            info.size, info.mtime, info.mode = len(data), 1700000000, 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def pure_wheel(directory: Path, name: str, module: str, code: str) -> Path:
+    """A py3-none-any wheel with one module, its METADATA, WHEEL and RECORD."""
+    base = name.replace("-", "_")
+    info = f"{base}-1.0.dist-info"
+    files = {
+        f"{module}.py": code,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: settest\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for member, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{member},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    path = directory / f"{base}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(zipfile.ZipInfo(member, (2023, 11, 14, 0, 0, 0)), text)
+    return path
+
+
+def write_index(root: Path) -> dict[str, Path]:
+    """The four projects' files and their PEP 503 pages under root/simple/; {name: file}."""
+    files_dir = root / "files"
+    files_dir.mkdir(parents=True)
+    a_deps: list[str] = []
+    b_deps = [A, C]
+    made = {
+        A: sdist(files_dir, A, {"pyproject.toml": _pyproject(A, ["setuptools"], a_deps),
+                                "PKG-INFO": _pkg_info(A, a_deps), "setup.py": A_SETUP,
+                                "a_pkg/__init__.py": A_INIT, "a_pkg/_a.c": A_C}),
+        B: sdist(files_dir, B, {"pyproject.toml": _pyproject(B, ["setuptools", A], b_deps),
+                                "PKG-INFO": _pkg_info(B, b_deps), "setup.py": B_SETUP,
+                                "b_pkg/__init__.py": B_INIT, "b_pkg/_b.c": B_C}),
+        C: pure_wheel(files_dir, C, "c_mod", "ANSWER = 42\n"),
+        BROKEN: sdist(files_dir, BROKEN, {"pyproject.toml": _pyproject(BROKEN, ["setuptools"], []),
+                                          "PKG-INFO": _pkg_info(BROKEN, []), "setup.py": BROKEN_SETUP,
+                                          "broken.c": "this is not C;\n"}),
+    }  # fmt: skip
+    for name, path in made.items():
+        page = root / "simple" / name
+        page.mkdir(parents=True)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        page.joinpath("index.html").write_text(
+            f'<html><body><a href="../../files/{path.name}#sha256={digest}">{path.name}</a>'
+            "</body></html>\n"
+        )
+    return made
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """root served over HTTP on 127.0.0.1 (a free port); yields the simple index's URL."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
