@@ -298,6 +298,7 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
         self.indexes, self.target, self.build_names = indexes, target, build_names
         self.constraints, self.hashes, self.prefer = constraints, hashes, prefer
         self._requires: dict[str, list[Requirement]] = {}
+        self.refused_hashes: dict[str, list[IndexFile]] = {}  # name -> files the hashes refused
         self.python = Version(f"{target.python[0]}.{target.python[1]}.0")
 
     # resolvelib's interface
@@ -362,6 +363,7 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
             if file.yanked and not pinned:
                 continue
             if allowed is not None and file.sha256 not in allowed:
+                self.refused_hashes.setdefault(name, []).append(file)
                 continue
             if file.requires_python and not _python_ok(file.requires_python, self.python):
                 continue
@@ -473,6 +475,17 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
             f"{c.requirement.requirement} (asked by {c.parent.key if c.parent else 'the requirements'})"
             for c in causes
         })) or "no version fits"  # fmt: skip
+        refused = [f for c in causes
+                   for f in provider.refused_hashes.get(canonicalize_name(c.requirement.requirement.name), [])]  # fmt: skip
+        if refused:
+            files = ", ".join(
+                f"{f.filename} (sha256 {f.sha256 or 'not listed'})" for f in refused[:4]
+            )
+            raise ResolutionError(
+                f"No file on the index has a hash the requirements allow for {said}: {files}",
+                fix="The --hash lines name other files than the index serves: check them "
+                "(pip hash FILE) against the files you mean to install; nothing was downloaded.",
+            ) from exc
         raise ResolutionError(
             f"No set of versions meets the requirements for this target: {said}",
             fix="No file on the index fits the board (its Python, arch and glibc) for these "

@@ -61,6 +61,8 @@ class SetBuildFailed(DockerarchError):
     """A package of the set could not be built; what could was kept."""
 
     exit_code = 6
+    tail: tuple[str, ...] = ()  # the failed step's last lines
+    log: Path | None = None  # its build log
 
 
 @dataclass(kw_only=True)
@@ -515,13 +517,15 @@ def _take(member: Member, result: JobResult) -> None:
     from dockerarch.files import write_atomic
 
     if result.error is not None:
+        step = getattr(result.error, "step", None)
         member.error = SetBuildFailed(
             f"{member.key} could not be built for {result.target} (needed by "
-            f"{needed_by(member)}): {result.error.problem}",
+            f"{needed_by(member)}): " + ("its build failed" if step else result.error.problem),
             fix=(result.error.fix or "See its build log.")
-            + (f" Its log: {result.log}." if result.log else "")
             + " The rest of the set is kept; run the same command again to build what is missing.",
         )
+        member.error.tail = tuple(getattr(result.error, "tail", None) or ())[-15:]
+        member.error.log = result.log
         member.error.__cause__ = result.error
         return
     wheels = [p for p in result.artifacts if p.name.endswith(".whl")]

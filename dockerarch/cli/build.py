@@ -290,6 +290,13 @@ def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str 
         assert member.error is not None
         typer.echo("", err=True)
         typer.echo(member.error.render(), err=True)
+        tail, log = getattr(member.error, "tail", None), getattr(member.error, "log", None)
+        if tail:
+            typer.echo(f"  last {len(tail)} lines of that step:", err=True)
+            for line in tail:
+                typer.echo(f"    {line}", err=True)
+        if log is not None:
+            typer.echo(f"  full log: {log}", err=True)
     if failed:
         raise typer.Exit(max(m.error.exit_code for m in failed if m.error is not None))
 

@@ -1,0 +1,207 @@
+"""`dockerarch build wheel -r`: a requirements file becomes every wheel the board needs, built once
+per target in dependency order, installed with no compiler and no network.
+
+The packages are the test's own (settest_index): b needs a C extension a to build (a's header,
+from a's wheel) and at run time, and a pure-Python c from the same loopback index; setuptools
+comes from pip's default index. Everything is built for armv7, hybrid, under QEMU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dockerarch.closure import default_index
+from tests.integration.conftest import dockerarch
+from tests.integration.settest_index import BROKEN, A, B, C, serve, write_index
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("settest-index")
+    write_index(root)
+    with serve(root) as url:
+        yield url
+
+
+def build_set(
+    index: str, out: Path, requirements: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    req = out / "requirements.txt"
+    req.write_text(requirements)
+    return dockerarch("build", "wheel", "-r", str(req), "--index-url", index, "--extra-index-url",
+                      default_index(), "--arch", "armv7", "--out", str(out), "--progress", "plain",
+                      *extra, timeout=1800)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(
+    index: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("settest-out")
+    done = build_set(index, out, f"# the board's environment\n{B}\n")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, done
+
+
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    """stderr with its line wrapping undone."""
+    return " ".join(done.stderr.split())
+
+
+def set_dir(out: Path) -> Path:
+    return out / "debian-armv7" / "sets" / "requirements"
+
+
+def test_the_requirements_become_one_set_with_each_package_built_once_in_order(
+    built: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = built
+    assert done.stdout.strip().splitlines()[-1] == str(set_dir(out))
+    manifest = json.loads((set_dir(out) / "manifest.json").read_text())
+    assert manifest["build_order"] == [f"{A}==1.0", f"{B}==1.0"]
+    how = {d["name"]: (d["how"], d["runtime"]) for d in manifest["distributions"]}
+    assert how[A] == ("built", True) and how[B] == ("built", True)
+    assert how[C] == ("fetched", True)
+    assert how["setuptools"] == (
+        "fetched",
+        False,
+    )  # a build requirement, not installed on the board
+    # one build of a for the target, and the set holds exactly what the board installs
+    results = sorted(
+        p.name for p in (out / "debian-armv7").iterdir() if p.name.startswith("dockerarch_settest")
+    )
+    assert results == ["dockerarch_settest_a-1.0", "dockerarch_settest_b-1.0"]
+    wheels = sorted(p.name for p in set_dir(out).glob("*.whl"))
+    assert [w.split("-")[0] for w in wheels] == [
+        "dockerarch_settest_a",
+        "dockerarch_settest_b",
+        "dockerarch_settest_c",
+    ]
+    assert all("linux_armv7l" in w for w in wheels if not w.startswith("dockerarch_settest_c"))
+    # the lock: every file pinned with its sha256
+    lock = (set_dir(out) / "requirements.txt").read_text()
+    for wheel in wheels:
+        digest = hashlib.sha256((set_dir(out) / wheel).read_bytes()).hexdigest()
+        assert f"--hash=sha256:{digest}" in lock
+    assert re.findall(r"^([a-z0-9-]+)==1\.0", lock, re.M) == [A, B, C]
+    assert manifest["installed_check"] == "imported a_pkg b_pkg c_mod"
+
+
+def test_b_is_compiled_against_the_set_s_own_build_of_a(
+    built: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """a's build draws a token into its header; b's object code holds the token of the a in the
+    set, so b was compiled against that build of a, not one made on the side."""
+    out, _ = built
+    a_wheel = next(set_dir(out).glob("dockerarch_settest_a-*.whl"))
+    b_wheel = next(set_dir(out).glob("dockerarch_settest_b-*.whl"))
+    with zipfile.ZipFile(a_wheel) as archive:
+        header = archive.read("a_pkg/include/a_token.h").decode()
+    token = re.search(r'A_TOKEN "([0-9a-f]{16})"', header)
+    assert token, header
+    with zipfile.ZipFile(b_wheel) as archive:
+        objects = [
+            archive.read(n)
+            for n in archive.namelist()
+            if n.startswith("b_pkg/_b") and n.endswith(".so")
+        ]
+    assert len(objects) == 1 and token.group(1).encode() in objects[0]
+    log = (out / "debian-armv7" / "dockerarch_settest_b-1.0" / "build.log").read_text()
+    if "settest-b: compiling against" in log:  # not when BuildKit had the step cached
+        assert f"token {token.group(1)}" in log  # b's setup.py imported the set's a
+    assert "--no-index --no-build --find-links /run/dockerarch-set" in log
+
+
+def test_the_set_installs_on_the_board_with_no_network_and_no_compiler(
+    built: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """As a board would: pip with the set directory and nothing else, --only-binary,
+    --require-hashes, the network off; then every module imports and b sees a's token."""
+    out, _ = built
+    image = "dockerarch/requirements:set-debian-armv7"
+    assert (
+        subprocess.run(
+            ["docker", "image", "inspect", image], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+    script = (
+        "python3 -m pip install -q --no-index --find-links /set --only-binary :all: --require-hashes "
+        "--target /tmp/site -r /set/requirements.txt && "
+        "PYTHONPATH=/tmp/site python3 -c 'import a_pkg, b_pkg, c_mod; "
+        'assert b_pkg.a_token_seen() == a_pkg.token(); print("board ok", c_mod.ANSWER)\''
+    )
+    done = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", "none",
+                           "-v", f"{set_dir(out)}:/set:ro", image, "sh", "-c", script],
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("board ok 42")
+
+
+def test_a_second_run_builds_nothing_again(
+    index: str, built: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    out, _ = built
+    before = {p.name: p.read_bytes() for p in set_dir(out).glob("*.whl")}
+    done = build_set(index, out, f"{B}\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{A}==1.0 already built" in done.stderr and f"{B}==1.0 already built" in done.stderr
+    assert "set: building" not in done.stderr
+    assert {p.name: p.read_bytes() for p in set_dir(out).glob("*.whl")} == before
+
+
+def test_a_requirement_nothing_satisfies_is_one_paragraph_before_anything_is_built(
+    index: str, tmp_path: Path
+) -> None:
+    done = build_set(index, tmp_path, f"{C}\ndockerarch-settest-nothere==1.0\n")
+    assert done.returncode == 9, done.stderr
+    assert "dockerarch-settest-nothere==1.0" in said(done) and "Traceback" not in done.stderr
+    assert not (tmp_path / "debian-armv7" / "sets").exists()
+
+
+def test_a_wrong_hash_is_refused_naming_the_file(index: str, tmp_path: Path) -> None:
+    done = build_set(index, tmp_path, f"{C}==1.0 --hash=sha256:{'0' * 64}\n")
+    assert done.returncode == 9, done.stderr
+    assert "dockerarch_settest_c-1.0-py3-none-any.whl" in said(done)
+    assert "sha256" in done.stderr and "Traceback" not in done.stderr
+    assert not (
+        tmp_path / "debian-armv7" / "wheels" / "dockerarch_settest_c-1.0-py3-none-any.whl"
+    ).exists()
+
+
+def test_no_deps_names_the_dependency_that_has_no_wheel_before_building(
+    index: str, tmp_path: Path
+) -> None:
+    done = build_set(index, tmp_path, f"{B}\n", "--no-deps")
+    assert done.returncode == 2, done.stderr
+    assert f"{A}==1.0 (needed by {B}==1.0)" in said(done) and "Traceback" not in done.stderr
+    assert not (tmp_path / "debian-armv7" / "dockerarch_settest_b-1.0").exists()
+
+
+def test_a_package_that_does_not_build_is_named_and_the_rest_is_kept(
+    index: str, tmp_path: Path
+) -> None:
+    done = build_set(index, tmp_path, f"{BROKEN}\n{C}\n")
+    assert done.returncode == 6, done.stderr[-3000:]
+    assert (
+        f"{BROKEN}==1.0 could not be built for debian-armv7 (needed by the requirements)"
+        in said(done)
+    )
+    assert "this is not C" in done.stderr  # the compiler's own words, from the step's tail
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "debian-armv7" / "sets").exists()  # no set that lacks a package
+    assert (
+        tmp_path / "debian-armv7" / "wheels" / "dockerarch_settest_c-1.0-py3-none-any.whl"
+    ).is_file()
+    assert list((tmp_path / "debian-armv7").glob("dockerarch_settest_broken-1.0.failed.log"))
