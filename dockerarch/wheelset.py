@@ -171,7 +171,7 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
         if not path.is_file() or sha256_file(path) != file.sha256:
             _link_or_copy(downloaded, path)
         try:
-            member.report = pkgindex.gate_file(path, made.request.target)
+            member.report = pkgindex.gate_file(path, made.request.target, fetched=True)
         except VerificationError as exc:
             raise VerificationError(
                 f"{file.filename} from the index, which {needed_by(member)} needs, fails the "
@@ -572,7 +572,10 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress, 
                 if member.node.runtime and member.path is not None:
                     _link_or_copy(member.path, state.landing / member.path.name)
                     state.reports.append(
-                        member.report or pkgindex.gate_file(member.path, made.request.target)
+                        member.report
+                        or pkgindex.gate_file(
+                            member.path, made.request.target, fetched=not member.built
+                        )
                     )
             buildsteps.runtime_image(state)
             buildsteps.smoke_test(state)

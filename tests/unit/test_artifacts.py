@@ -68,6 +68,24 @@ def test_a_wrong_platform_tag_is_refused(tag: str, tmp_path: Path) -> None:
         artifacts.verify(wheel, TARGETS["debian-armv7"])
 
 
+@pytest.mark.parametrize(
+    ("tag", "fits"),
+    [("manylinux2014_armv7l", True), ("manylinux_2_36_armv7l", True),
+     ("manylinux_2_31_armv7l.musllinux_1_1_armv7l", True), ("manylinux_2_38_armv7l", False),
+     ("manylinux_2_17_aarch64", False), ("musllinux_1_1_armv7l", False)],
+)  # fmt: skip
+def test_a_fetched_wheel_may_carry_a_manylinux_tag_the_targets_glibc_accepts(
+    tag: str, fits: bool, tmp_path: Path
+) -> None:
+    """Bookworm's glibc is 2.36: manylinux up to 2_36 installs there; a built one never claims it."""
+    wheel = make_wheel(tmp_path, tag, arm_probe.probe_executable("armv7"))
+    if fits:
+        assert artifacts.verify(wheel, TARGETS["debian-armv7"], fetched=True).elf_files == 1
+    else:
+        with pytest.raises(artifacts.VerificationError, match="is tagged"):
+            artifacts.verify(wheel, TARGETS["debian-armv7"], fetched=True)
+
+
 def test_compiled_code_in_an_any_wheel_is_refused(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "any", arm_probe.probe_executable("armv7"))
     with pytest.raises(
