@@ -63,6 +63,7 @@ class Wheel:
     sha256: str
     result: Path  # the build's result directory (its manifest.json)
     needs_apt: tuple[str, ...] = ()  # the target's packages its shared libraries need
+    fetched: bool = False  # a wheel set's member fetched from an index (manylinux tags pass)
 
     @property
     def project(self) -> str:
@@ -119,10 +120,40 @@ def find_wheels(requests_: list[RenderRequest], out: Path) -> list[Wheel]:
     return wheels
 
 
+def find_set_wheels(sets: list[tuple[BoardTarget, Path]]) -> list[Wheel]:
+    """Every wheel of each target's set directory (build wheel -r), still the file the set's
+    manifest.json records."""
+    wheels = []
+    for target, directory in sets:
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(
+                f"No wheel set for {target.name} at {directory} ({type(exc).__name__})",
+                fix="Build it first: dockerarch build wheel -r FILE (with the same --out and "
+                "--name).",
+            ) from exc
+        needs = tuple(str(p) for p in manifest.get("needs_apt") or ())
+        for entry in manifest.get("distributions", []):
+            if not entry.get("runtime"):
+                continue
+            path = directory / str(entry["file"])
+            digest = sha256_file(path) if path.is_file() else "missing"
+            if digest != entry.get("sha256"):
+                raise VerificationError(
+                    f"{path} is not the file the set recorded ({digest[:16]}, manifest.json "
+                    f"says {str(entry.get('sha256'))[:16]})",
+                    fix="What is published must be what was checked: build the set again.",
+                )
+            wheels.append(Wheel(target=target, path=path, sha256=digest, result=directory,
+                                needs_apt=needs, fetched=entry.get("how") == "fetched"))  # fmt: skip
+    return wheels
+
+
 def gate(wheel: Wheel) -> None:
     """The board-ABI gate of the target's index: machine, float ABI, tag, GLIBC/GLIBCXX (the
     build's own verification, again) and the target's Python version."""
-    gate_file(wheel.path, wheel.target)
+    gate_file(wheel.path, wheel.target, fetched=wheel.fetched)
 
 
 def gate_file(
@@ -445,8 +476,11 @@ def _record(result: Path, published: list[dict[str, str]]) -> None:
     write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
-def board_lines(outcomes: list[Outcome], config: IndexConfig) -> list[str]:
-    """What a board runs: the pip install line per target, and the /etc/pip.conf lines."""
+def board_lines(outcomes: list[Outcome], config: IndexConfig,
+                locks: dict[str, Path] | None = None) -> list[str]:  # fmt: skip
+    """What a board runs: the pip install line per target (with a wheel set's lock file, -r
+    and --require-hashes: everything from the index, nothing compiled), and the /etc/pip.conf
+    lines."""
     lines = []
     host = urllib.parse.urlsplit(config.simple).hostname or ""
     plain = config.simple.startswith("http://") and not config.loopback
@@ -459,7 +493,13 @@ def board_lines(outcomes: list[Outcome], config: IndexConfig) -> list[str]:
         needs = sorted({p for o in group for p in o.wheel.needs_apt})
         if needs:
             lines.append(f"  apt install {' '.join(needs)}   # shared libraries the wheels need")
-        lines.append(f"  pip install --index-url {simple}{trusted} --only-binary :all: {reqs}")
+        lock = (locks or {}).get(target.name)
+        if lock is not None:
+            lines.append(f"  copy {lock} to the board, then:")
+            lines.append(f"  pip install --index-url {simple}{trusted} --only-binary :all: "
+                         "--require-hashes -r requirements.txt")  # fmt: skip
+        else:
+            lines.append(f"  pip install --index-url {simple}{trusted} --only-binary :all: {reqs}")
         lines.append("  or for every pip install, in /etc/pip.conf (pip's default index stays "
                      "for pure-Python dependencies):")  # fmt: skip
         lines.append("    [global]")

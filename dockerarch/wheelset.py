@@ -50,6 +50,7 @@ from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
 from dockerarch.recipes import local_package
 from dockerarch.render import RenderRequest
+from dockerarch.targets import BoardTarget
 
 Say = Callable[[str], None]
 WHEELS = "wheels"  # OUT/<target>/wheels: the wheels fetched for the target
@@ -439,6 +440,11 @@ def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: s
                          settings=settings)  # fmt: skip
 
 
+def sets_of(requests: list[RenderRequest], wanted: SetRequest, out: Path) -> list[tuple[BoardTarget, Path]]:  # fmt: skip
+    """Each target's set directory, as build wheel -r with the same files and --name wrote it."""
+    return [(r.target, out / r.target.name / SETS / wanted.set_name) for r in requests]
+
+
 def make_sets(
     requests: list[RenderRequest], wanted: SetRequest, options: BuildOptions, progress: Progress
 ) -> list[TargetSet]:
@@ -588,5 +594,5 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress, 
 
 
 __all__ = ["Member", "SetBuildFailed", "SetRequest", "TargetSet", "build_requests", "fetch",
-           "lock_lines", "make_sets", "plan", "previous_result", "set_name", "set_requests",
+           "lock_lines", "make_sets", "plan", "previous_result", "set_name", "set_requests", "sets_of",
            "unpack_sdist", "write_set"]  # fmt: skip

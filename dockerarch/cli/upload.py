@@ -18,6 +18,17 @@ def upload(
     package: options.Package = None,
     settings: options.Settings = None,
     out: options.Out = Path("dist"),
+    requirement: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--requirement",
+            "-r",
+            help="Publish the wheel set build wheel -r made from these files.",
+        ),
+    ] = None,
+    set_name: Annotated[
+        str | None, typer.Option("--name", help="With -r: the set's name, as build was given it.")
+    ] = None,
     archive_dir: Annotated[
         Path | None,
         typer.Option(
@@ -38,11 +49,23 @@ def upload(
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
 
-    requests = plan(
-        recipe, arch=arch, target=target, version=version, package=package,
-        settings=parse_set(settings or []),
-    )  # fmt: skip
-    wheels = pkgindex.find_wheels(requests, out)
+    locks: dict[str, Path] = {}
+    if requirement:
+        from dockerarch.wheelset import SetRequest, set_requests, sets_of
+
+        wanted = SetRequest(requirement_files=requirement, name=set_name,
+                            packages=[package] if package else [])  # fmt: skip
+        requests = set_requests(recipe, wanted, arch=arch, target=target,
+                                settings=parse_set(settings or []))  # fmt: skip
+        found = sets_of(requests, wanted, out)
+        wheels = pkgindex.find_set_wheels(found)
+        locks = {t.name: d / "requirements.txt" for t, d in found}
+    else:
+        requests = plan(
+            recipe, arch=arch, target=target, version=version, package=package,
+            settings=parse_set(settings or []),
+        )  # fmt: skip
+        wheels = pkgindex.find_wheels(requests, out)
     if archive_dir is not None:
         for done in pkgindex.archive(wheels, archive_dir, say=_say):
             typer.echo(str(done.path))
@@ -51,8 +74,9 @@ def upload(
             needs = sorted({p for w in wheels if w.target.name == name for p in w.needs_apt})
             if needs:
                 typer.echo(f"on a {name} board: apt install {' '.join(needs)}", err=True)
+            what = f"--require-hashes -r {locks[name]}" if name in locks else "..."
             typer.echo(f"on a {name} board: pip install --index-url file://{simple}/ "
-                       "--only-binary :all: ... (or serve the directory with any web server)",
+                       f"--only-binary :all: {what} (or serve the directory with any web server)",
                        err=True)  # fmt: skip
         return
     config = load_registry_config().index
@@ -61,7 +85,7 @@ def upload(
     outcomes = pkgindex.upload(wheels, config, state_dir=STATE_DIR, say=_say)
     for outcome in outcomes:
         typer.echo(f"{outcome.url}#sha256={outcome.wheel.sha256}")
-    for line in pkgindex.board_lines(outcomes, config):
+    for line in pkgindex.board_lines(outcomes, config, locks):
         typer.echo(line, err=True)
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import subprocess
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,66 @@ def test_a_package_that_does_not_build_is_named_and_the_rest_is_kept(
         tmp_path / "debian-armv7" / "wheels" / "dockerarch_settest_c-1.0-py3-none-any.whl"
     ).is_file()
     assert list((tmp_path / "debian-armv7").glob("dockerarch_settest_broken-1.0.failed.log"))
+
+
+def board_install(
+    image: str, index: str, set_dir: Path, network: str
+) -> subprocess.CompletedProcess[str]:
+    """pip on the 'board' (the set's runtime image, emulated) from ``index`` alone, with the
+    set's lock, then every module imported."""
+    script = (
+        f"python3 -m pip install -q --no-cache-dir --index-url {index} --only-binary :all: "
+        "--require-hashes --target /tmp/site -r /lock/requirements.txt && "
+        "PYTHONPATH=/tmp/site python3 -c 'import a_pkg, b_pkg, c_mod; "
+        'assert b_pkg.a_token_seen() == a_pkg.token(); print("board ok")\''
+    )
+    return subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", network,
+                           "-v", f"{set_dir}:/lock:ro", image, "sh", "-c", script],
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+
+
+def test_upload_publishes_the_whole_set_and_prints_the_board_s_line(
+    built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = built
+    run = f"s{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"index:\n  url: http://127.0.0.1:3141/dockerarch/{run}-{{target}}/\n"
+                      f"  simple: http://127.0.0.1:3141/dockerarch/{run}-{{target}}/+simple/\n")  # fmt: skip
+    env = {"DOCKERARCH_REGISTRY_CONFIG": str(config)}
+    done = dockerarch("upload", "wheel", "-r", str(out / "requirements.txt"), "--arch", "armv7",
+                      "--out", str(out), env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    simple = f"http://127.0.0.1:3141/dockerarch/{run}-debian-armv7/+simple/"
+    assert (f"pip install --index-url {simple} --only-binary :all: --require-hashes "
+            "-r requirements.txt") in said(done)  # fmt: skip
+    assert len(done.stdout.strip().splitlines()) == 3  # a, b and c, each with its sha256
+    installed = board_install(
+        "dockerarch/requirements:set-debian-armv7", simple, set_dir(out), "host"
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    assert installed.stdout.strip().endswith("board ok")
+
+
+def test_archive_writes_the_set_as_one_static_index(
+    built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = built
+    done = dockerarch("upload", "wheel", "-r", str(out / "requirements.txt"), "--arch", "armv7",
+                      "--out", str(out), "--archive", str(tmp_path / "idx"), timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"--require-hashes -r {set_dir(out) / 'requirements.txt'}" in said(done)
+    simple = tmp_path / "idx" / "debian-armv7" / "simple"
+    assert sorted(p.name for p in simple.iterdir() if p.is_dir()) == [A, B, C]
+    script = (
+        "python3 -m pip install -q --no-cache-dir --index-url file:///idx/debian-armv7/simple/ "
+        "--only-binary :all: --require-hashes --target /tmp/site -r /lock/requirements.txt && "
+        "PYTHONPATH=/tmp/site python3 -c 'import b_pkg, c_mod; print(\"board ok\")'"
+    )
+    installed = subprocess.run(
+        ["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", "none",
+         "-v", f"{set_dir(out)}:/lock:ro", "-v", f"{tmp_path / 'idx'}:/idx:ro",
+         "dockerarch/requirements:set-debian-armv7", "sh", "-c", script],
+        capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    assert installed.stdout.strip().endswith("board ok")
