@@ -45,6 +45,7 @@ class Engine(Protocol):
         context: str | None = None,
         timeout: int | None = None,
         network: str | None = None,
+        volumes: tuple[tuple[str, str], ...] = (),
     ) -> tuple[int, str]: ...
 
 

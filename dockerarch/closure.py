@@ -468,6 +468,7 @@ class Resolved:
     needed_by: set[str] = field(default_factory=set)  # keys (or 'the requirements') that ask
     build_env: dict[str, str] = field(default_factory=dict)  # name -> key, sdists only
     runtime: bool = True  # installed on the board (False: only some build needs it)
+    test: bool = False  # installed for the user's tests (--test-requires), not on the board
 
     @property
     def key(self) -> str:
@@ -509,10 +510,12 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
 
 
 def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None,
-            build_names: frozenset[str] = frozenset()) -> dict[str, Resolved]:  # fmt: skip
-    """The whole set for ``target``: the requirements' closure, then each sdist's build
-    requirements (recursively), by key (``name==version``). ``build_names`` are taken from their
-    sdists even where a wheel fits."""
+            build_names: frozenset[str] = frozenset(),
+            tests: Sequence[Requirement] = ()) -> dict[str, Resolved]:  # fmt: skip
+    """The whole set for ``target``: the requirements' closure, what the user's tests need beside
+    it (``tests``, with the set's versions pinned), then each sdist's build requirements
+    (recursively), by key (``name==version``). ``build_names`` are taken from their sdists even
+    where a wheel fits."""
     constraints: dict[str, SpecifierSet] = {}
     for c in wants.constraints:
         if c.requirement.marker is None or c.requirement.marker.evaluate(target.markers):
@@ -524,6 +527,15 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
     chosen = _resolve(provider, roots)
     found: dict[str, Resolved] = {}
     _add(found, chosen, provider, root_names={r.requirement.name for r in roots}, runtime=True)
+    if tests:
+        pins = [_Requirement(Requirement(r.key), None) for r in found.values()]
+        test_roots = [_Requirement(_plain(t), "--test-requires") for t in tests]
+        test_provider = Provider(indexes, target, constraints=constraints, hashes=lambda _n: None,
+                                 prefer={})  # fmt: skip
+        for node in _add(found, _resolve(test_provider, pins + test_roots), test_provider,
+                         root_names={t.name for t in tests}, runtime=False,
+                         asked_by="--test-requires"):  # fmt: skip
+            node.test = True
     pending = [r for r in found.values() if not r.candidate.is_wheel]
     done: set[str] = set()
     while pending:

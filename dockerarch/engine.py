@@ -346,10 +346,12 @@ def run_in_image(
     context: str | None = None,
     timeout: int | None = None,
     network: str | None = None,
+    volumes: tuple[tuple[str, str], ...] = (),
 ) -> tuple[int, str]:
     """Run ``sh -c command`` in a throw-away container; (exit code, output: stdout and stderr
     together, so nothing of it reaches this process's terminal, and the log gets all of it).
-    With ``timeout`` (seconds) the image's own ``timeout`` ends it: exit code 124."""
+    With ``timeout`` (seconds) the image's own ``timeout`` ends it: exit code 124. ``volumes``:
+    (host directory, container path) pairs, mounted read-only."""
     from python_on_whales.exceptions import DockerException
 
     if timeout is not None:
@@ -358,6 +360,7 @@ def run_in_image(
         output = client(context).run(
             image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True,
             tty=False, networks=[network] if network else [],
+            volumes=[(source, target, "ro") for source, target in volumes],
         )  # fmt: skip
     except DockerException as exc:
         text = ((exc.stdout or "") + (exc.stderr or "")).strip()

@@ -26,6 +26,7 @@ re-run builds only what is missing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import graphlib
 import json
 import os
@@ -36,13 +37,15 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from dockerarch import closure, pkgindex
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
-from dockerarch.buildsteps import BuildOptions
+from dockerarch.buildsteps import BuildOptions, JobState
 from dockerarch.closure import Indexes, ResolutionError, Resolved
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import make_work_dir, replace_dir, sha256_file
@@ -96,8 +99,11 @@ class TargetSet:
     order: list[str] = field(default_factory=list)  # the build order of the built members
     directory: Path | None = None  # the written set
     check: str | None = None  # what the installed set's import printed
+    tests: str | None = None  # what the user's tests printed last
+    started: float = field(default_factory=time.monotonic)
     needs_apt: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    error: DockerarchError | None = None  # the installed check or the user's tests failed
 
     @property
     def target(self) -> str:
@@ -113,13 +119,13 @@ def needed_by(member: Member) -> str:
 
 
 def plan(request: RenderRequest, wants: Wants, out: Path, *, build_names: frozenset[str],
-         no_deps: bool, say: Say) -> TargetSet:  # fmt: skip
+         no_deps: bool, say: Say, tests: tuple[Requirement, ...] = ()) -> TargetSet:  # fmt: skip
     """The target's set resolved, with its build order. ``build_names`` are built from their
     sdists even where the index has a wheel (what --package names); with ``no_deps`` nothing else
     may need a build."""
     target = python_target(request.target)
     indexes = Indexes(wants, out / DOWNLOADS)
-    found = closure.resolve(wants, target, indexes, say=say, build_names=build_names)
+    found = closure.resolve(wants, target, indexes, say=say, build_names=build_names, tests=tests)
     made = TargetSet(request=request, members={k: Member(node=n) for k, n in found.items()})
     built = [m for m in made.members.values() if m.built]
     if no_deps:
@@ -314,9 +320,11 @@ def lock_lines(made: TargetSet) -> list[str]:
     return lines
 
 
-def write_set(made: TargetSet, out: Path, name: str, wants: Wants) -> Path:
-    """OUT/<target>/sets/<name>/: the board's wheels, requirements.txt (hashed) and
-    manifest.json, written beside and renamed into place."""
+def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
+              check: Callable[[Path], None] | None = None) -> Path:  # fmt: skip
+    """OUT/<target>/sets/<name>/: the board's wheels, requirements.txt (hashed), manifest.json
+    and the check's log, written beside and renamed into place only once ``check`` (given the
+    directory as it is made) passed: a set that fails it replaces no earlier one."""
     parent = out / made.target / SETS
     parent.mkdir(parents=True, exist_ok=True)
     work = make_work_dir(parent, name)
@@ -350,6 +358,12 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants) -> Path:
         })  # fmt: skip
     made.needs_apt = sorted(needs)
     (landing / "requirements.txt").write_text("\n".join(lock_lines(made)) + "\n")
+    try:
+        if check is not None:
+            check(landing)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     manifest = {
         "set": name,
         "target": made.target,
@@ -362,9 +376,11 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants) -> Path:
         "distributions": entries,
         "needs_apt": made.needs_apt,
         "installed_check": made.check,
+        "tests": made.tests,
         "fetched": sum(1 for e in entries if e["how"] == "fetched"),
         "built": sum(1 for e in entries if e["how"] == "built"),
         "size": sum((landing / str(e["file"])).stat().st_size for e in entries if e["runtime"]),
+        "seconds": round(time.monotonic() - made.started, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (landing / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -402,6 +418,9 @@ class SetRequest:
     require_hashes: bool = False
     no_deps: bool = False
     name: str | None = None
+    test_requires: list[str] = field(default_factory=list)  # installed beside the set for --test
+    test_command: str | None = None  # run in the set's image, {project}: test_sources
+    test_sources: Path | None = None  # default: the current directory
 
     def wants(self) -> Wants:
         from dockerarch.pyreqs import read_wants
@@ -422,6 +441,13 @@ class SetRequest:
     @property
     def set_name(self) -> str:
         return self.name or set_name(self.requirement_files, self.packages)
+
+    @property
+    def tests(self) -> tuple[Requirement, ...]:
+        """--test-requires as requirements (checked as a requirements file's lines are)."""
+        from dockerarch.pyreqs import parse_line
+
+        return tuple(parse_line(t, "--test-requires").requirement for t in self.test_requires)
 
 
 def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: str | None,
@@ -461,7 +487,8 @@ def make_sets(
     for request in requests:
         say = _sayer(progress, request.target.name)
         made.append(plan(request, wants, options.out, build_names=build_names, no_deps=no_deps,
-                         say=say))  # fmt: skip
+                         say=say, tests=wanted.tests))  # fmt: skip
+
     for target_set in made:
         fetch(target_set, wants, options.out, _sayer(progress, target_set.target))
     work = make_work_dir(options.out, "wheelset")
@@ -494,9 +521,11 @@ def make_sets(
             failed = [m for m in target_set.members.values() if m.error is not None]
             if failed:
                 continue
-            write_set(target_set, options.out, name, wants)
-            check_installed(target_set, options, progress, name)
-            write_set(target_set, options.out, name, wants)  # with the check's result
+            try:
+                write_set(target_set, options.out, name, wants, check=functools.partial(
+                    check_installed, target_set, options, progress, wanted))  # fmt: skip
+            except DockerarchError as exc:
+                target_set.error = exc
             target_set.seconds = time.monotonic() - started
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -547,52 +576,109 @@ def _take(member: Member, result: JobResult) -> None:
     member.result, member.record, member.path = result.directory, record, wheels[0]
 
 
-def check_installed(made: TargetSet, options: BuildOptions, progress: Progress, name: str) -> None:
-    """The set installed into the target's runtime image from the set alone (no index, no
-    network, --only-binary), the libraries its wheels need found by the target's loader (the
-    board's apt packages installed for them), and every top-level module imported, under QEMU."""
+class SetTestFailed(DockerarchError):
+    """The installed set failed its import or the user's tests (--test)."""
+
+    exit_code = 8
+
+
+def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
+                    wanted: SetRequest, landing: Path) -> None:  # fmt: skip
+    """The set (``landing``) installed into the target's runtime image from the set alone (no
+    index, no network, --only-binary), the libraries its wheels need found by the target's
+    loader (the board's apt packages installed for them), every top-level module imported, then
+    the user's tests (--test, with --test-requires installed beside the set), under QEMU. Its log
+    is the set's check.log."""
     from dockerarch import buildsteps
     from dockerarch.build import Job, plan_accel
     from dockerarch.builders import route
     from dockerarch.recipes import PackageSpec
 
-    assert made.directory is not None
+    name = wanted.set_name
     spec = PackageSpec(spec=name, name=name, version="set")
-    request = dataclasses.replace(
-        made.request, package=spec, version="set", wheelset=made.directory
-    )
-    routed = route(
-        request.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu
-    )
+    request = dataclasses.replace(made.request, package=spec, version="set", wheelset=landing)
+    routed = route(request.target.platform, forced=options.builder,
+                   fallback_qemu=options.fallback_qemu)  # fmt: skip
     decision = plan_accel([request], [routed], options.accel, ccache=options.ccache)[0]
     job = Job(request, options, progress, routed, decision)
-    work = make_work_dir(made.directory.parent, f"{name}-check")
+    work = make_work_dir(landing.parent, "check")
     try:
         job.work = work
         (work / "result").mkdir()
-        with (work / "check.log").open("w", buffering=1) as log:
+        with (landing / "check.log").open("w", buffering=1) as log:
             state = job.new_state(work, log, time.monotonic())
             for step in (buildsteps.ensure_base, buildsteps.prepare_context):
                 step(state)
+            board: list[ArtifactReport] = []
             for member in made.members.values():
-                if member.node.runtime and member.path is not None:
-                    _link_or_copy(member.path, state.landing / member.path.name)
-                    state.reports.append(
-                        member.report
-                        or pkgindex.gate_file(
-                            member.path, made.request.target, fetched=not member.built
-                        )
-                    )
+                if member.path is None or not (member.node.runtime or member.node.test):
+                    continue
+                _link_or_copy(member.path, state.landing / member.path.name)
+                report = member.report or pkgindex.gate_file(
+                    member.path, made.request.target, fetched=not member.built)  # fmt: skip
+                state.reports.append(report)
+                if member.node.runtime:
+                    board.append(report)
             buildsteps.runtime_image(state)
+            state.reports = board  # the smoke test imports what the board installs
             buildsteps.smoke_test(state)
             made.check = state.smoke_output
             if state.needs_apt:
                 made.needs_apt = sorted(set(made.needs_apt) | set(state.needs_apt))
+            if wanted.test_command:
+                made.tests = run_tests(state, wanted, log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         job.work = None
 
 
-__all__ = ["Member", "SetBuildFailed", "SetRequest", "TargetSet", "build_requests", "fetch",
-           "lock_lines", "make_sets", "plan", "previous_result", "set_name", "set_requests", "sets_of",
-           "unpack_sdist", "write_set"]  # fmt: skip
+TEST_TIMEOUT = 3600  # seconds: a user's test suite under QEMU
+
+
+def run_tests(state: JobState, wanted: SetRequest, log: TextIO) -> str:
+    """--test COMMAND in the set's image, the network off, {project} the --test-sources
+    directory (read-only); a failure is the build's, with the tests' last lines."""
+    assert wanted.test_command and state.image_tag
+    sources = (wanted.test_sources or Path.cwd()).resolve()
+    command = wanted.test_command.replace("{project}", "/project")
+    state.step("tests")
+    code, output = state.engine.run_in_image(
+        state.image_tag, state.request.target.platform, f"cd /project && {command}",
+        state.route.context, TEST_TIMEOUT, network="none", volumes=((str(sources), "/project"),),
+    )  # fmt: skip
+    log.write(f"### tests: {command}\n{output}\n")
+    lines = output.strip().splitlines()
+    if code != 0:
+        said = (
+            f"did not end within {TEST_TIMEOUT} s" if code == 124 else f"failed (exit code {code})"
+        )
+        raise SetTestFailed(
+            f"{state.target}: the tests ({command}) {said} with the set installed in "
+            f"{state.image_tag}: " + " / ".join(lines[-8:]),
+            fix="The set built and imports, but your tests fail on the target (under QEMU); "
+            "the whole output is in the set's check.log beside the build, and nothing replaced "
+            "an earlier set.",
+        )
+    last = lines[-1] if lines else "ok"
+    state.say(f"tests passed: {last}")
+    return last
+
+
+__all__ = [
+    "Member",
+    "SetBuildFailed",
+    "SetRequest",
+    "SetTestFailed",
+    "TargetSet",
+    "build_requests",
+    "fetch",
+    "lock_lines",
+    "make_sets",
+    "plan",
+    "previous_result",
+    "set_name",
+    "set_requests",
+    "sets_of",
+    "unpack_sdist",
+    "write_set",
+]  # fmt: skip

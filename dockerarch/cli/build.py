@@ -153,6 +153,30 @@ def build(
         str | None,
         typer.Option("--name", help="With -r: the set's name (default: the first file's)."),
     ] = None,
+    test_requires: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--test-requires",
+            metavar="REQ",
+            help="With -r: what your tests need (pytest, say), resolved for the board and "
+            "installed beside the set for --test only; repeatable.",
+        ),
+    ] = None,
+    test_command: Annotated[
+        str | None,
+        typer.Option(
+            "--test",
+            metavar="COMMAND",
+            help="With -r: run COMMAND in the set's runtime image under QEMU after the import "
+            "check, network off ({project} is --test-sources, read-only); failing fails the build.",
+        ),
+    ] = None,
+    test_sources: Annotated[
+        Path | None,
+        typer.Option(
+            "--test-sources", help="With --test: the directory {project} names (default: .)."
+        ),
+    ] = None,
     progress: Annotated[
         str,
         typer.Option(
@@ -173,6 +197,13 @@ def build(
     accel_module.check_mode(accel)
     live = progress_mode(progress)
     chosen = parse_set(settings or [])
+    if (test_requires or test_command or test_sources or no_deps or index_url or extra_index_url
+            or constraint or require_hashes or set_name) and not requirement:  # fmt: skip
+        from dockerarch.errors import UsageError
+
+        raise UsageError("--no-deps, -c, --index-url, --extra-index-url, --require-hashes, "
+                         "--name and the --test options go with a wheel set (-r FILE)",
+                         fix="Add -r requirements.txt (a file with the package's line does).")  # fmt: skip
     if requirement:
         from dockerarch.wheelset import SetRequest
 
@@ -180,7 +211,8 @@ def build(
             requirement_files=requirement, constraint_files=constraint or [],
             packages=[package] if package else [], index_url=index_url,
             extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
-            no_deps=no_deps, name=set_name,
+            no_deps=no_deps, name=set_name, test_requires=test_requires or [],
+            test_command=test_command, test_sources=test_sources,
         )  # fmt: skip
         build_set(recipe, wanted, arch=arch, target=target, settings=chosen, out=out,
                   options=dict(builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache,
@@ -275,7 +307,8 @@ def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str 
                                               **options)  # fmt: skip
     with Board((r.target.name for r in requests), live=live) as board:
         made = wheelset.make_sets(requests, wanted, build_options, board)
-    failed = [m for t in made for m in t.members.values() if m.error is not None]
+    failed = [m.error for t in made for m in t.members.values() if m.error is not None]
+    failed += [t.error for t in made if t.error is not None]
     for target_set in made:
         built = sum(1 for m in target_set.members.values() if m.built and m.path is not None)
         fetched = sum(1 for m in target_set.members.values() if not m.built)
@@ -286,11 +319,10 @@ def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str 
             if target_set.needs_apt:
                 typer.echo(f"  on a board first: apt install {' '.join(target_set.needs_apt)}",
                            err=True)  # fmt: skip
-    for member in failed:
-        assert member.error is not None
+    for error in failed:
         typer.echo("", err=True)
-        typer.echo(member.error.render(), err=True)
-        tail, log = getattr(member.error, "tail", None), getattr(member.error, "log", None)
+        typer.echo(error.render(), err=True)
+        tail, log = getattr(error, "tail", None), getattr(error, "log", None)
         if tail:
             typer.echo(f"  last {len(tail)} lines of that step:", err=True)
             for line in tail:
@@ -298,7 +330,7 @@ def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str 
         if log is not None:
             typer.echo(f"  full log: {log}", err=True)
     if failed:
-        raise typer.Exit(max(m.error.exit_code for m in failed if m.error is not None))
+        raise typer.Exit(max(e.exit_code for e in failed))
 
 
 def summary(results: list[JobResult]) -> str:

@@ -269,3 +269,36 @@ def test_archive_writes_the_set_as_one_static_index(
         capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-2000:]
     assert installed.stdout.strip().endswith("board ok")
+
+
+def test_the_user_s_own_tests_run_on_the_target_with_the_set(
+    index: str, built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """cibuildwheel's test-requires/test-command: pytest (from the index, fetched for the board)
+    runs the user's suite in the set's image under QEMU, network off; a failing test fails the
+    build with its output and leaves the earlier set as it was."""
+    out, _ = built
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_board.py").write_text(
+        "import platform, a_pkg, b_pkg\n\n"
+        "def test_b_sees_a():\n    assert b_pkg.a_token_seen() == a_pkg.token()\n\n"
+        "def test_runs_on_the_board():\n    assert platform.machine() == 'armv7l'\n"
+    )
+    args = ("--test-requires", "pytest", "--test", "python3 -m pytest -q -p no:cacheprovider {project}/tests",
+            "--test-sources", str(project))  # fmt: skip
+    done = build_set(index, out, f"{B}\n", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tests passed: 2 passed" in done.stderr
+    manifest = json.loads((set_dir(out) / "manifest.json").read_text())
+    assert manifest["tests"].startswith("2 passed")
+    assert "pytest" not in (set_dir(out) / "requirements.txt").read_text()  # not on the board
+    (project / "tests" / "test_board.py").write_text(
+        "def test_that_fails():\n    assert 'answer' == 41\n"
+    )
+    before = (set_dir(out) / "manifest.json").read_bytes()
+    failed = build_set(index, out, f"{B}\n", *args)
+    assert failed.returncode == 8, failed.stderr[-3000:]
+    assert "the tests (python3 -m pytest" in said(failed) and "1 failed" in failed.stderr
+    assert "Traceback" not in failed.stderr.split("error:", 1)[0]
+    assert (set_dir(out) / "manifest.json").read_bytes() == before  # the earlier set stands
