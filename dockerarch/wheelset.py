@@ -461,7 +461,9 @@ def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: s
     if wanted.name is not None and set_name([], [wanted.name]) != wanted.name:
         raise UsageError(f"--name {wanted.name!r} is not a directory name dockerarch writes",
                          fix="Use letters, digits, '.', '_' and '-'.")  # fmt: skip
-    first = wanted.wants().requirements[0].requirement.name
+    first = (
+        wanted.packages[0] if wanted.packages else wanted.wants().requirements[0].requirement.name
+    )
     return plan_requests("wheel", arch=arch, target=target, version=None, package=first,
                          settings=settings)  # fmt: skip
 
@@ -501,7 +503,7 @@ def make_sets(
                     key = queues[target_set.target].pop(0)
                     member = target_set.members[key]
                     try:
-                        if _reuse(target_set, member, options.out, progress):
+                        if options.cache and _reuse(target_set, member, options.out, progress):
                             continue
                         request = build_requests(target_set, key, wants, options.out, work)
                     except DockerarchError as exc:

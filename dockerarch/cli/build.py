@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,7 +11,7 @@ from dockerarch.cli.options import Source
 from dockerarch.cli.output import columns
 
 if TYPE_CHECKING:
-    from dockerarch.build import JobResult
+    from dockerarch.build import BuildOptions, JobResult
     from dockerarch.render import RenderRequest
     from dockerarch.wheelset import SetRequest
 
@@ -197,31 +197,39 @@ def build(
     accel_module.check_mode(accel)
     live = progress_mode(progress)
     chosen = parse_set(settings or [])
-    if (test_requires or test_command or test_sources or no_deps or index_url or extra_index_url
-            or constraint or require_hashes or set_name) and not requirement:  # fmt: skip
-        from dockerarch.errors import UsageError
-
-        raise UsageError("--no-deps, -c, --index-url, --extra-index-url, --require-hashes, "
-                         "--name and the --test options go with a wheel set (-r FILE)",
-                         fix="Add -r requirements.txt (a file with the package's line does).")  # fmt: skip
-    if requirement:
-        from dockerarch.wheelset import SetRequest
+    wanted = None
+    set_only = (test_requires or test_command or test_sources or no_deps or index_url
+                or extra_index_url or constraint or require_hashes or set_name)  # fmt: skip
+    from_index = package is not None and not package.startswith((".", "/", "~"))
+    if recipe == "wheel" and (requirement or from_index):
+        from dockerarch.wheelset import SetRequest, set_requests
 
         wanted = SetRequest(
-            requirement_files=requirement, constraint_files=constraint or [],
+            requirement_files=requirement or [], constraint_files=constraint or [],
             packages=[package] if package else [], index_url=index_url,
             extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
             no_deps=no_deps, name=set_name, test_requires=test_requires or [],
             test_command=test_command, test_sources=test_sources,
         )  # fmt: skip
-        build_set(recipe, wanted, arch=arch, target=target, settings=chosen, out=out,
-                  options=dict(builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache,
-                               smoke=smoke, accel=accel, ccache=ccache), live=live)  # fmt: skip
-        return
-    requests = plan(
-        recipe, arch=arch, target=target, version=version, package=package,
-        settings=chosen, source=source,
-    )  # fmt: skip
+        requests = set_requests(recipe, wanted, arch=arch, target=target, settings=chosen)
+        if push and requirement:
+            from dockerarch.errors import UsageError
+
+            raise UsageError("--push publishes one package's images; a set from -r has none "
+                             "of its own", fix="Publish the set with dockerarch upload wheel -r "
+                             "FILE (boards pip install it), or push each package's build.")  # fmt: skip
+    elif set_only:
+        from dockerarch.errors import UsageError
+
+        raise UsageError("--no-deps, -c, --index-url, --extra-index-url, --require-hashes, "
+                         "--name and the --test options go with a wheel set: build wheel -r "
+                         "FILE, or --package NAME from an index",
+                         fix="Give -r requirements.txt or a --package spec (not a directory).")  # fmt: skip
+    else:
+        requests = plan(
+            recipe, arch=arch, target=target, version=version, package=package,
+            settings=chosen, source=source,
+        )  # fmt: skip
     from dockerarch.files import ensure_writable_dir
 
     ensure_writable_dir(out, "--out")  # before any base is bootstrapped or step is run
@@ -252,6 +260,14 @@ def build(
     )  # fmt: skip
     from dockerarch.progress import Board
 
+    if wanted is not None:
+        build_set(requests, wanted, options, live=live)
+        if push:
+            from dockerarch.cli.push import publish_built
+            from dockerarch.publish import find_built
+
+            publish_built(find_built(requests, out), registry, index_tag=None, tags=())
+        return
     typer.echo(announcement(requests), err=True)
     with Board((r.target.name for r in requests), live=live) as board:
         results = build_module.run_jobs(requests, options, board)
@@ -292,27 +308,25 @@ def build(
         publish_built(find_built(requests, out), registry, index_tag=None, tags=())
 
 
-def build_set(recipe: str, wanted: SetRequest, *, arch: str | None, target: str | None,
-              settings: dict[str, str], out: Path, options: dict[str, Any], live: bool | None) -> None:  # fmt: skip
-    """build wheel -r: the sets, then a line per target and the set directories on stdout."""
-    from dockerarch import build as build_module
-    from dockerarch import engine, wheelset
-    from dockerarch.files import ensure_writable_dir
+def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildOptions, *,
+              live: bool | None) -> None:  # fmt: skip
+    """build wheel -r (or --package from an index): the sets; on stdout the wheels of the
+    packages named with --package and each set's directory."""
+    from dockerarch import wheelset
     from dockerarch.progress import Board
 
-    requests = wheelset.set_requests(recipe, wanted, arch=arch, target=target, settings=settings)
-    ensure_writable_dir(out, "--out")
-    engine.daemon_info()
-    build_options = build_module.BuildOptions(out=out, ca_bundle=build_module.host_ca_bundle(),
-                                              **options)  # fmt: skip
     with Board((r.target.name for r in requests), live=live) as board:
-        made = wheelset.make_sets(requests, wanted, build_options, board)
+        made = wheelset.make_sets(requests, wanted, options, board)
     failed = [m.error for t in made for m in t.members.values() if m.error is not None]
     failed += [t.error for t in made if t.error is not None]
+    named = wanted.build_names
     for target_set in made:
         built = sum(1 for m in target_set.members.values() if m.built and m.path is not None)
         fetched = sum(1 for m in target_set.members.values() if not m.built)
         if target_set.directory is not None:
+            for member in target_set.members.values():
+                if member.node.candidate.name in named and member.path is not None:
+                    typer.echo(str(member.path))
             typer.echo(str(target_set.directory))
             typer.echo(f"{target_set.target}: {fetched} fetched, {built} built, installed with no "
                        f"index: {target_set.check} -> {target_set.directory}", err=True)  # fmt: skip
