@@ -82,7 +82,7 @@ UV_VERSION = "0.13.8"
 # and libatomic1 (gcc's libgcc-N-dev depends on it; ARM programs from PyPI load it, such as the
 # armv7 cmake wheel scikit-build installs: "libatomic.so.1: cannot open shared object file").
 _COMPILER_PACKAGES = re.compile(
-    r"^(build-essential|gcc|g\+\+|cpp|binutils|ccache|(gcc|g\+\+|cpp)-\d+)$"
+    r"^(build-essential|gcc|g\+\+|cpp|gfortran|binutils|ccache|(gcc|g\+\+|cpp|gfortran)-\d+)$"
 )
 REPLACEMENTS = ("libc6-dev", "make", "patch", "libatomic1")
 # A recipe asks for a compiler when its apt packages include one of these.
@@ -150,10 +150,12 @@ class Toolchain:
         }
 
 
-def cross_packages(triplet: str, gcc: int) -> tuple[str, str, str]:
-    """Debian's cross compiler for ``triplet``: what a hybrid build grafts, and what a farm
-    server installs to compile for it."""
-    return (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"binutils-{triplet}")
+def cross_packages(triplet: str, gcc: int) -> tuple[str, ...]:
+    """Debian's cross compilers for ``triplet`` (C, C++ and Fortran: scipy's closure needs it):
+    what a hybrid build grafts, and what a farm server installs to compile for it (the
+    toolchain's digest covers all of them)."""
+    return (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"gfortran-{gcc}-{triplet}",
+            f"binutils-{triplet}")  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +208,8 @@ def decide(
         python=target.python,
         native_python=recipe.native_python if requested == "hybrid" else (),
     )  # fmt: skip
-    missing = [p for p in toolchain.packages[:3] if not cross_available(p, toolchain_base.suite)]
+    cross = cross_packages(toolchain.triplet, toolchain.gcc)
+    missing = [p for p in cross if not cross_available(p, toolchain_base.suite)]
     if missing:
         return Decision(
             accel="qemu",

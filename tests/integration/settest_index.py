@@ -5,7 +5,9 @@
 - ``dockerarch-settest-b``: a C extension that needs ``a`` to build (its setup.py imports a and
   compiles against a's header, keeping the token) and at run time;
 - ``dockerarch-settest-c``: pure Python, a wheel on the index;
-- ``dockerarch-settest-broken``: an sdist whose C code does not compile.
+- ``dockerarch-settest-broken``: an sdist whose C code does not compile;
+- ``dockerarch-settest-f``: a C extension calling a Fortran routine, compiled with $FC (the
+  hybrid build's gfortran) and linked with libgfortran, as scipy's are.
 
 The sdists and the wheel are written byte by byte here (tarfile, zipfile): nothing is built or
 fetched to make them. Build requirements the index does not have (setuptools) come from the next
@@ -25,8 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-A, B, C, BROKEN = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
-                   "dockerarch-settest-broken")  # fmt: skip
+A, B, C, BROKEN, F = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
+                      "dockerarch-settest-broken", "dockerarch-settest-f")  # fmt: skip
 
 A_SETUP = """\
 import os, secrets
@@ -70,6 +72,36 @@ PyMODINIT_FUNC PyInit__b(void) { return PyModule_Create(&module); }
 BROKEN_SETUP = """\
 from setuptools import Extension, setup
 setup(ext_modules=[Extension("broken_pkg", ["broken.c"])])
+"""
+
+
+F_SETUP = """\
+import os, subprocess
+from setuptools import Extension, setup
+subprocess.check_call([os.environ.get("FC", "gfortran"), "-O2", "-fPIC", "-c", "f_pkg/dot.f90",
+                       "-o", "f_pkg/dot.o"])
+setup(packages=["f_pkg"], ext_modules=[Extension("f_pkg._f", ["f_pkg/_f.c"],
+      extra_objects=["f_pkg/dot.o"], libraries=["gfortran"])])
+"""
+F_DOT = """\
+function f_dot(n, x, y) bind(C, name="f_dot") result(total)
+  use iso_c_binding
+  integer(c_int), value :: n
+  real(c_double), intent(in) :: x(n), y(n)
+  real(c_double) :: total
+  total = dot_product(x, y)
+end function f_dot
+"""
+F_C = """\
+#include <Python.h>
+double f_dot(int n, const double *x, const double *y);
+static PyObject *dot(PyObject *self, PyObject *args) {
+    double x[3] = {1.5, -2.0, 4.0}, y[3] = {2.0, 0.25, -1.5};
+    return PyFloat_FromDouble(f_dot(3, x, y));
+}
+static PyMethodDef methods[] = {{"dot", dot, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_f", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__f(void) { return PyModule_Create(&module); }
 """
 
 
@@ -136,6 +168,10 @@ def write_index(root: Path) -> dict[str, Path]:
         BROKEN: sdist(files_dir, BROKEN, {"pyproject.toml": _pyproject(BROKEN, ["setuptools"], []),
                                           "PKG-INFO": _pkg_info(BROKEN, []), "setup.py": BROKEN_SETUP,
                                           "broken.c": "this is not C;\n"}),
+        F: sdist(files_dir, F, {"pyproject.toml": _pyproject(F, ["setuptools"], []),
+                                "PKG-INFO": _pkg_info(F, []), "setup.py": F_SETUP,
+                                "f_pkg/__init__.py": "from f_pkg._f import dot\n",
+                                "f_pkg/dot.f90": F_DOT, "f_pkg/_f.c": F_C}),
     }  # fmt: skip
     for name, path in made.items():
         page = root / "simple" / name

@@ -302,3 +302,28 @@ def test_the_user_s_own_tests_run_on_the_target_with_the_set(
     assert "the tests (python3 -m pytest" in said(failed) and "1 failed" in failed.stderr
     assert "Traceback" not in failed.stderr.split("error:", 1)[0]
     assert (set_dir(out) / "manifest.json").read_bytes() == before  # the earlier set stands
+
+
+def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_path: Path) -> None:
+    """A member with Fortran code (as scipy has): the grafted cross gfortran compiles it behind
+    the same wrapper, natively; libgfortran5 is installed on the board for it."""
+    done = build_set(index, tmp_path, f"{F}\n", "--name", "fortran")
+    assert done.returncode == 0, done.stderr[-4000:]
+    manifest = json.loads(
+        (tmp_path / "debian-armv7" / "dockerarch_settest_f-1.0" / "manifest.json").read_text()
+    )
+    hybrid = manifest["hybrid"]
+    assert hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"] >= 2  # gfortran and gcc
+    log = (tmp_path / "debian-armv7" / "dockerarch_settest_f-1.0" / "build.log").read_text()
+    assert "arm-linux-gnueabihf-gfortran" in log
+    assert "libgfortran5" in manifest["needs_apt"]
+    sets = json.loads(
+        (tmp_path / "debian-armv7" / "sets" / "fortran" / "manifest.json").read_text()
+    )
+    assert "libgfortran5" in sets["needs_apt"]
+    ran = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", "none",
+                          "dockerarch/fortran:set-debian-armv7", "python3", "-c",
+                          "import f_pkg; print(f_pkg.dot())"],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "-3.5"  # 1.5*2 - 2*0.25 - 4*1.5

@@ -46,9 +46,10 @@ def test_hybrid_toolchain_matches_the_targets_triplet_and_gcc(
     toolchain = decision.toolchain
     assert toolchain is not None
     assert (toolchain.triplet, toolchain.gcc, toolchain.debian_arch) == (triplet, gcc, debian_arch)
-    assert toolchain.packages[:3] == (
+    assert toolchain.packages[:4] == (
         f"gcc-{gcc}-{triplet}",
         f"g++-{gcc}-{triplet}",
+        f"gfortran-{gcc}-{triplet}",
         f"binutils-{triplet}",
     )
     assert toolchain.base_image == AMD64.base_image

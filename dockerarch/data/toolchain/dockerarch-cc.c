@@ -44,6 +44,9 @@ static const char *real_compiler(const char *name) {
         tool = "g++";
     } else if (strcmp(name, "cpp") == 0 || strstr(name, "-cpp") != NULL) {
         tool = "cpp";
+    } else if (strcmp(name, "gfortran") == 0 || strcmp(name, "f77") == 0
+               || strcmp(name, "f95") == 0 || strstr(name, "-gfortran") != NULL) {
+        tool = "gfortran";
     }
     snprintf(path, sizeof path, "/usr/bin/%s-%s-%s", TRIPLET, tool, GCC_MAJOR);
     return path;
