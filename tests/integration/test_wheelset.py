@@ -21,7 +21,7 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import BROKEN, A, B, C, serve, write_index
+from tests.integration.settest_index import BROKEN, A, B, C, F, serve, write_index
 
 pytestmark = pytest.mark.integration
 
