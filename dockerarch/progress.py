@@ -141,6 +141,14 @@ class Board:
             self.stream.write(self._line(name, text) + "\n")
             self.stream.flush()
 
+    def reopen(self, name: str) -> None:
+        """A job that ended starts another part (a wheel set's next member): its clock runs on
+        from where it started, and its steps are said again."""
+        with self._lock:
+            self._ended.pop(name, None)
+            self._printed.pop(name, None)
+            self._tenths = {k: v for k, v in self._tenths.items() if k[0] != name}
+
     def end(self, name: str, words: str) -> None:
         """The job is over: its clock stops and its line says how it ended."""
         with self._lock:

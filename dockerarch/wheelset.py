@@ -514,6 +514,7 @@ def make_sets(
             if not round_requests:
                 continue
             for target_set, key, _ in round_requests:
+                progress.reopen(target_set.target)
                 progress.say(target_set.target, f"set: building {key} (needed by "
                              f"{needed_by(target_set.members[key])})")  # fmt: skip
             results = build_module.run_jobs([r for _, _, r in round_requests], options, progress)
@@ -523,6 +524,8 @@ def make_sets(
             failed = [m for m in target_set.members.values() if m.error is not None]
             if failed:
                 continue
+            progress.reopen(target_set.target)
+            progress.say(target_set.target, "set: installing it from itself alone, under QEMU")
             try:
                 write_set(target_set, options.out, name, wants, check=functools.partial(
                     check_installed, target_set, options, progress, wanted))  # fmt: skip
