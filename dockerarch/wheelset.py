@@ -43,6 +43,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from dockerarch import closure, pkgindex
+from dockerarch.accel import DRIVER_WHEELS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
@@ -254,8 +255,14 @@ def build_requests(made: TargetSet, key: str, wants: Wants, out: Path, work: Pat
             pins.append(other)
     (context / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
     spec = local_package(tree)
-    return dataclasses.replace(made.request, package=spec, version=spec.version or "any",
-                               wheelset=context)  # fmt: skip
+    # cmake and ninja in the build environment: the recipe installs Debian's, so the hybrid build
+    # grafts their x86-64 builds as drivers and offers their native wheels (VERSION+
+    # dockerarch.native, which the set's pin VERSION admits) to uv: the configure runs natively.
+    drivers = tuple(apt for apt, name in DRIVER_WHEELS.items()
+                    if name in member.node.build_env and apt not in made.request.recipe.apt)  # fmt: skip
+    recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers)
+    return dataclasses.replace(made.request, recipe=recipe, package=spec,
+                               version=spec.version or "any", wheelset=context)  # fmt: skip
 
 
 def runtime_closure(made: TargetSet, key: str) -> set[str]:
