@@ -262,3 +262,37 @@ def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
     assert (
         sum(1 for x in lines if x.startswith("six==")) == 1
     )  # a build-only member is not installed
+
+
+def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path) -> None:
+    """cmake in a member's build environment: the member's recipe installs Debian's cmake, so the
+    hybrid build grafts the native one and offers uv its native wheel; its context holds the
+    build environment's wheels and pins them."""
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    data = sdist_bytes("pkg", '[project]\nname = "pkg"\nversion = "1.0"\n')
+    digest = hashlib.sha256(data).hexdigest()
+    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(data)
+    cmake_wheel = tmp_path / "cmake-4.0.0-py3-none-manylinux_2_31_armv7l.whl"
+    cmake_wheel.write_bytes(b"cmake")
+    cmake = closure.Candidate(name="cmake", version=Version("4.0.0"),
+                              file=IndexFile(filename=cmake_wheel.name, url="http://127.0.0.1/c"))  # fmt: skip
+    pkg = closure.Candidate(name="pkg", version=Version("1.0"),
+                            file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
+                                           hashes={"sha256": digest}))  # fmt: skip
+    request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
+    made = wheelset.TargetSet(request=request, members={
+        "cmake==4.0.0": wheelset.Member(node=closure.Resolved(candidate=cmake, runtime=False), path=cmake_wheel),
+        "pkg==1.0": wheelset.Member(node=closure.Resolved(candidate=pkg, build_env={"cmake": "cmake==4.0.0"})),
+    })  # fmt: skip
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
+    built = wheelset.build_requests(made, "pkg==1.0", wants, tmp_path / "out", tmp_path / "work")
+    assert "cmake" in built.recipe.apt and "ninja-build" not in built.recipe.apt
+    assert built.package is not None and built.package.local is not None and built.version == "1.0"
+    assert built.wheelset is not None
+    assert (built.wheelset / "build-constraints.txt").read_text() == "cmake==4.0.0\n"
+    assert (built.wheelset / cmake_wheel.name).read_bytes() == b"cmake"
