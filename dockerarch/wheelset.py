@@ -237,8 +237,8 @@ def build_requests(made: TargetSet, key: str, wants: Wants, out: Path, work: Pat
     candidate = member.node.candidate
     indexes = Indexes(wants, out / DOWNLOADS)
     sdist = indexes.download(candidate.file)
-    tree = unpack_sdist(sdist, work / "sdists" / key.replace("==", "-"))
-    context = work / "sets" / key.replace("==", "-")
+    tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
+    context = work / made.target / "sets" / key.replace("==", "-")
     context.mkdir(parents=True)
     wanted = set(member.node.build_env.values()) | runtime_closure(made, key)
     pins = []
