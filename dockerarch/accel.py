@@ -104,13 +104,14 @@ class Toolchain:
     native_python: tuple[str, ...] = ()  # the recipe's code generators run natively
     # Compile steps join the host's network: a farm server of this build listens on loopback.
     farm_network: str = ""
+    fortran: bool = True  # Debian has the cross gfortran of this gcc: grafted beside gcc
 
     @property
     def packages(self) -> tuple[str, ...]:
         """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc; pip to
         install uv; packaging for fetch-sdist; distcc, a compile farm's client; the native
         drivers). The first three are the cross compiler."""
-        return (*cross_packages(self.triplet, self.gcc), "ccache", "distcc", "gcc", "libc6-dev",
+        return (*cross_packages(self.triplet, self.gcc, self.fortran), "ccache", "distcc", "gcc", "libc6-dev",
                 "python3-pip",
                 "python3-packaging", *[d for d in self.drivers if d != "dash"],
                 *(["python3-yaml"] if self.native_python else []))  # fmt: skip
@@ -150,12 +151,16 @@ class Toolchain:
         }
 
 
-def cross_packages(triplet: str, gcc: int) -> tuple[str, ...]:
-    """Debian's cross compilers for ``triplet`` (C, C++ and Fortran: scipy's closure needs it):
-    what a hybrid build grafts, and what a farm server installs to compile for it (the
-    toolchain's digest covers all of them)."""
-    return (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}", f"gfortran-{gcc}-{triplet}",
-            f"binutils-{triplet}")  # fmt: skip
+def cross_packages(triplet: str, gcc: int, fortran: bool = True) -> tuple[str, ...]:
+    """Debian's cross compilers for ``triplet`` (C and C++, and Fortran where Debian has it:
+    scipy's closure needs it): what a hybrid build grafts, and what a farm server installs to
+    compile for it (the toolchain's digest covers all of them)."""
+    return (f"gcc-{gcc}-{triplet}", f"g++-{gcc}-{triplet}",
+            *([fortran_package(triplet, gcc)] if fortran else []), f"binutils-{triplet}")  # fmt: skip
+
+
+def fortran_package(triplet: str, gcc: int) -> str:
+    return f"gfortran-{gcc}-{triplet}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,8 +213,12 @@ def decide(
         python=target.python,
         native_python=recipe.native_python if requested == "hybrid" else (),
     )  # fmt: skip
-    cross = cross_packages(toolchain.triplet, toolchain.gcc)
+    cross = cross_packages(toolchain.triplet, toolchain.gcc, fortran=False)
     missing = [p for p in cross if not cross_available(p, toolchain_base.suite)]
+    fortran = cross_available(
+        fortran_package(toolchain.triplet, toolchain.gcc), toolchain_base.suite
+    )
+    toolchain = dataclasses.replace(toolchain, fortran=fortran)
     if missing:
         return Decision(
             accel="qemu",

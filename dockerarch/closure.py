@@ -539,15 +539,26 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
                          root_names={t.name for t in tests}, runtime=False,
                          asked_by="--test-requires"):  # fmt: skip
             node.test = True
-    pending = [r for r in found.values() if not r.candidate.is_wheel]
+    complete_builds(found, [r for r in found.values() if not r.candidate.is_wheel], target,
+                    indexes, say=say)  # fmt: skip
+    return found
+
+
+def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target: PythonTarget,
+                    indexes: Indexes, *, say: Say | None = None,
+                    extra: Mapping[str, Sequence[str]] | None = None) -> list[Resolved]:  # fmt: skip
+    """Resolve the build environment of each sdist in ``pending`` (its static build
+    requirements, with ``extra[key]`` besides: what its build asked for on its own), and of each
+    sdist that adds, recursively, preferring versions ``found`` holds; the new nodes."""
     done: set[str] = set()
+    new: list[Resolved] = []
     while pending:
         node = pending.pop(0)
         if node.key in done:
             continue
         done.add(node.key)
         members = sdist_members(indexes.download(node.candidate.file), "pyproject.toml")
-        lines = build_requires(members)
+        lines = build_requires(members) + list((extra or {}).get(node.key, ()))
         if say:
             say(f"{node.key} builds with {', '.join(lines) or 'nothing'}")
         build_roots = []
@@ -565,8 +576,9 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
         node.build_env = {c.name: c.key for c in env.values()}
         added = _add(found, env, build_provider, root_names={r.requirement.name for r in build_roots},
                      runtime=False, asked_by=node.key)  # fmt: skip
+        new.extend(added)
         pending.extend(r for r in added if not r.candidate.is_wheel)
-    return found
+    return new
 
 
 def _add(found: dict[str, Resolved], chosen: Mapping[str, Candidate], provider: Provider, *,

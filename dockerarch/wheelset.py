@@ -30,6 +30,7 @@ import functools
 import graphlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import time
@@ -81,6 +82,7 @@ class Member:
     record: dict[str, object] | None = None  # a built one's manifest.json
     reused: bool = False
     error: DockerarchError | None = None
+    asked: list[str] = field(default_factory=list)  # build requirements its build asked for itself
 
     @property
     def key(self) -> str:
@@ -170,7 +172,7 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
     pool = out / made.target / WHEELS
     pool.mkdir(parents=True, exist_ok=True)
     for member in made.members.values():
-        if member.built:
+        if member.built or member.path is not None:
             continue
         file = member.node.candidate.file
         allowed = wants.hashes_for(member.node.candidate.name) if member.node.runtime else None
@@ -400,8 +402,6 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
 
 def set_name(requirement_files: list[Path], packages: list[str]) -> str:
     """The set's directory name: the first requirements file's name, else the first package's."""
-    import re
-
     if requirement_files:
         stem = requirement_files[0].name
         stem = stem[: -len(".txt")] if stem.endswith(".txt") else stem
@@ -526,7 +526,16 @@ def make_sets(
                              f"{needed_by(target_set.members[key])})")  # fmt: skip
             results = build_module.run_jobs([r for _, _, r in round_requests], options, progress)
             for (target_set, key, _), result in zip(round_requests, results, strict=True):
-                _take(target_set.members[key], result)
+                member = target_set.members[key]
+                asked = asked_for(result) if result.error is not None else []
+                if asked and not set(asked) <= set(member.asked) and len(member.asked) < 8:
+                    say = _sayer(progress, target_set.target)
+                    say(f"set: {key}'s build asks for {', '.join(asked)} besides the build "
+                        "requirements it declares: adding them to its build environment")  # fmt: skip
+                    first = extend_build_env(target_set, key, asked, wants, options.out, say)
+                    queues[target_set.target][:0] = [*first, key]
+                    continue
+                _take(member, result)
         for target_set in made:
             failed = [m for m in target_set.members.values() if m.error is not None]
             if failed:
@@ -556,6 +565,42 @@ def _reuse(made: TargetSet, member: Member, out: Path, progress: Progress) -> bo
     member.reused = True
     progress.say(made.target, f"set: {member.key} already built ({member.result})")
     return True
+
+
+_ASKED = re.compile(
+    r"Because (\S+) was not found in the provided package locations and you "
+    r"require ([^,\s]+),"
+)
+
+
+def asked_for(result: JobResult) -> list[str]:
+    """The build requirements a failed member's build asked uv for that its build environment
+    lacked (PEP 517's get_requires_for_build_wheel: setup_requires, a backend's own asks)."""
+    text = "\n".join(getattr(result.error, "tail", None) or [])
+    if result.log is not None and result.log.is_file():
+        text += result.log.read_text(errors="replace")
+    return sorted({spec for _, spec in _ASKED.findall(text)})
+
+
+def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, out: Path,
+                     say: Say) -> list[str]:  # fmt: skip
+    """``asked`` added to the member's build environment: resolved for the target beside what
+    the set holds, new wheels fetched, new sdists to build returned in their build order."""
+    member = made.members[key]
+    member.asked = sorted(set(member.asked) | set(asked))
+    found = {k: m.node for k, m in made.members.items()}
+    new = closure.complete_builds(found, [member.node], python_target(made.request.target),
+                                  Indexes(wants, out / DOWNLOADS), say=say,
+                                  extra={key: member.asked})  # fmt: skip
+    for node in new:
+        made.members.setdefault(node.key, Member(node=node))
+    fetch(made, wants, out, say)
+    built = {n.key for n in new if not n.candidate.is_wheel}
+    graph = {k: {d for d in (set(made.members[k].node.build_env.values()) | made.members[k].node.requires)
+                 if d in built} for k in built}  # fmt: skip
+    order = list(graphlib.TopologicalSorter(graph).static_order())
+    made.order = [*order, *[k for k in made.order if k not in order]]
+    return order
 
 
 def _take(member: Member, result: JobResult) -> None:

@@ -89,7 +89,10 @@ function f_dot(n, x, y) bind(C, name="f_dot") result(total)
   integer(c_int), value :: n
   real(c_double), intent(in) :: x(n), y(n)
   real(c_double) :: total
-  total = dot_product(x, y)
+  character(len=32) :: text
+  ! through libgfortran's formatted I/O: the extension needs libgfortran.so.5 on the board
+  write(text, '(F20.6)') dot_product(x, y)
+  read(text, *) total
 end function f_dot
 """
 F_C = """\

@@ -68,9 +68,12 @@ def test_demo_build_lands_verified_wheels(
                               "--format", "{{.Id}}"], capture_output=True, text=True, check=True)  # fmt: skip
     assert data["base"]["id"] == base_id.stdout.strip()  # type: ignore[index]
     assert data["smoke"] == "imported zstandard"
-    # The sdist was fetched natively and built by the grafted uv; only the wheel landed.
+    # The sdist was fetched natively (by the set, hash-checked) and built by the grafted uv at
+    # /src/zstandard, its build environment from the set; only the wheel landed.
     log = (result / "build.log").read_text()
-    assert "fetch-sdist 'zstandard==0.23.0'" in log and "uv build --wheel" in log
+    assert data["wheelset"]["sdist"]["file"] == "zstandard-0.23.0.tar.gz"  # type: ignore[index]
+    assert "uv build --wheel" in log and "/src/zstandard" in log
+    assert "--find-links /run/dockerarch-set" in log
     assert sorted(p.name for p in result.iterdir()) == sorted(
         [wheel.name, "build.log", "manifest.json"]
     )

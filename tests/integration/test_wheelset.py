@@ -121,7 +121,7 @@ def test_b_is_compiled_against_the_set_s_own_build_of_a(
     log = (out / "debian-armv7" / "dockerarch_settest_b-1.0" / "build.log").read_text()
     if "settest-b: compiling against" in log:  # not when BuildKit had the step cached
         assert f"token {token.group(1)}" in log  # b's setup.py imported the set's a
-    assert "--no-index --no-build --find-links /run/dockerarch-set" in log
+    assert "--no-build --find-links /run/dockerarch-set" in log
 
 
 def test_the_set_installs_on_the_board_with_no_network_and_no_compiler(
@@ -312,8 +312,9 @@ def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_pa
     )
     hybrid = manifest["hybrid"]
     assert hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"] >= 2  # gfortran and gcc
-    log = (tmp_path / "debian-armv7" / "dockerarch_settest_f-1.0" / "build.log").read_text()
-    assert "arm-linux-gnueabihf-gfortran" in log
+    assert (
+        hybrid["compiles"] >= 2
+    )  # the Fortran file (its setup.py compiles it with $FC) and the C one
     assert "libgfortran5" in manifest["needs_apt"]
     sets = json.loads(
         (tmp_path / "debian-armv7" / "sets" / "fortran" / "manifest.json").read_text()

@@ -299,3 +299,13 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
     assert built.wheelset is not None
     assert (built.wheelset / "build-constraints.txt").read_text() == "cmake==4.0.0\n"
     assert (built.wheelset / cmake_wheel.name).read_bytes() == b"cmake"
+
+
+def test_the_default_index_is_pip_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip's private PyPI model gives the default (no registry's name is written here): this
+    fails when pip moves it, instead of a set resolving from nowhere."""
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    default = closure.default_index()
+    assert default.startswith("https://") and default.rstrip("/").endswith("/simple")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
+    assert closure.default_index() == "http://127.0.0.1:9/simple/"
