@@ -309,10 +309,12 @@ def runtime_image(job: JobState) -> None:
     tag = f"dockerarch/{request.result_name.rsplit('-', 1)[0]}:{request.version}-{job.target}"
     job.image_tag = re.sub(r"[^a-z0-9_./:-]", "-", tag.lower())
     verified = _verified_copy(job.landing, job.reports, job.work)
+    known = {"DOCKERARCH_NEEDS": " ".join(job.needs_apt)} if job.needs_apt else None
     spec = BuildSpec(
         context_dir=job.context, platform=request.target.platform, stage="runtime",
         load_tag=job.image_tag, secrets=job.options.secrets, cache=True,
         node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
+        build_args=known,  # what is already known to be needed (a wheel set's members' builds)
     )  # fmt: skip
     stream(job, spec, "runtime image")
     missing = _missing_libraries(job)

@@ -241,6 +241,7 @@ def build_requests(made: TargetSet, key: str, wants: Wants, out: Path, work: Pat
     sdist = indexes.download(candidate.file)
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
     context = work / made.target / "sets" / key.replace("==", "-")
+    shutil.rmtree(context, ignore_errors=True)  # a member built again (its build asked for more)
     context.mkdir(parents=True)
     wanted = set(member.node.build_env.values()) | runtime_closure(made, key)
     pins = []
@@ -676,6 +677,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 state.reports.append(report)
                 if member.node.runtime:
                     board.append(report)
+            state.needs_apt = list(made.needs_apt)  # the members' builds found these
             buildsteps.runtime_image(state)
             state.reports = board  # the smoke test imports what the board installs
             buildsteps.smoke_test(state)

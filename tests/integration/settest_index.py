@@ -7,7 +7,9 @@
 - ``dockerarch-settest-c``: pure Python, a wheel on the index;
 - ``dockerarch-settest-broken``: an sdist whose C code does not compile;
 - ``dockerarch-settest-f``: a C extension calling a Fortran routine, compiled with $FC (the
-  hybrid build's gfortran) and linked with libgfortran, as scipy's are.
+  hybrid build's gfortran) and linked with libgfortran, as scipy's are;
+- ``dockerarch-settest-d``: pure Python whose setup.py asks for c at build time
+  (setup_requires: a build requirement only its build knows, as opencv-python's cmake).
 
 The sdists and the wheel are written byte by byte here (tarfile, zipfile): nothing is built or
 fetched to make them. Build requirements the index does not have (setuptools) come from the next
@@ -27,8 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-A, B, C, BROKEN, F = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
-                      "dockerarch-settest-broken", "dockerarch-settest-f")  # fmt: skip
+A, B, C, BROKEN, F, D = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
+                         "dockerarch-settest-broken", "dockerarch-settest-f",
+                         "dockerarch-settest-d")  # fmt: skip
 
 A_SETUP = """\
 import os, secrets
@@ -108,6 +111,12 @@ PyMODINIT_FUNC PyInit__f(void) { return PyModule_Create(&module); }
 """
 
 
+D_SETUP = """\
+from setuptools import setup
+setup(packages=["d_pkg"], setup_requires=["dockerarch-settest-c"])
+"""
+
+
 def _pyproject(name: str, build: list[str], deps: list[str]) -> str:
     quoted = ", ".join(f'"{d}"' for d in deps)
     return (f'[build-system]\nrequires = [{", ".join(f"{chr(34)}{r}{chr(34)}" for r in build)}]\n'
@@ -175,6 +184,9 @@ def write_index(root: Path) -> dict[str, Path]:
                                 "PKG-INFO": _pkg_info(F, []), "setup.py": F_SETUP,
                                 "f_pkg/__init__.py": "from f_pkg._f import dot\n",
                                 "f_pkg/dot.f90": F_DOT, "f_pkg/_f.c": F_C}),
+        D: sdist(files_dir, D, {"pyproject.toml": _pyproject(D, ["setuptools"], []),
+                                "PKG-INFO": _pkg_info(D, []), "setup.py": D_SETUP,
+                                "d_pkg/__init__.py": "VALUE = 'd'\n"}),
     }  # fmt: skip
     for name, path in made.items():
         page = root / "simple" / name

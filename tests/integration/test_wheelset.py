@@ -21,7 +21,7 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import BROKEN, A, B, C, F, serve, write_index
+from tests.integration.settest_index import BROKEN, A, B, C, D, F, serve, write_index
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ def test_b_is_compiled_against_the_set_s_own_build_of_a(
     log = (out / "debian-armv7" / "dockerarch_settest_b-1.0" / "build.log").read_text()
     if "settest-b: compiling against" in log:  # not when BuildKit had the step cached
         assert f"token {token.group(1)}" in log  # b's setup.py imported the set's a
-    assert "--no-build --find-links /run/dockerarch-set" in log
+    assert "--no-cache --no-index --no-build --find-links /run/dockerarch-set" in log
 
 
 def test_the_set_installs_on_the_board_with_no_network_and_no_compiler(
@@ -326,3 +326,21 @@ def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_pa
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "-3.5"  # 1.5*2 - 2*0.25 - 4*1.5
+
+
+def test_a_build_requirement_only_the_build_asks_for_is_added_and_the_member_built_again(
+    index: str, tmp_path: Path
+) -> None:
+    """d's setup.py asks for c (setup_requires), which no static metadata says: its first build
+    stops in uv for want of c; c is then resolved for the board, fetched into the set, and d
+    built again, successfully."""
+    done = build_set(index, tmp_path, f"{D}\n")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (f"set: {D}==1.0's build asks for {C} besides the build requirements it declares"
+            in said(done))  # fmt: skip
+    manifest = json.loads((set_dir(tmp_path) / "manifest.json").read_text())
+    entry = next(d for d in manifest["distributions"] if d["name"] == D)
+    assert f"{C}==1.0" in entry["build_env"]
+    how = {d["name"]: (d["how"], d["runtime"]) for d in manifest["distributions"]}
+    assert how[C] == ("fetched", False)  # only its build needed it
+    assert manifest["installed_check"] == "imported d_pkg"

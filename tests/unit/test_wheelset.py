@@ -309,3 +309,21 @@ def test_the_default_index_is_pip_s_own(monkeypatch: pytest.MonkeyPatch) -> None
     assert default.startswith("https://") and default.rstrip("/").endswith("/simple")
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
     assert closure.default_index() == "http://127.0.0.1:9/simple/"
+
+
+def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> None:
+    from dockerarch.build import JobResult
+    from dockerarch.buildsteps import BuildStepFailed
+
+    error = BuildStepFailed("debian-armv7", "[build 6/7] RUN uv build", [
+        "  cause: Because ninja was not found in the provided package locations and you require "
+        "ninja>=1.8.2, we can conclude that your requirements are unsatisfiable.",
+        "  cause: Because wheel was not found in the provided package locations and you require "
+        "wheel, we can conclude that your requirements are unsatisfiable.",
+    ])  # fmt: skip
+    assert wheelset.asked_for(JobResult(target="debian-armv7", error=error)) == [
+        "ninja>=1.8.2",
+        "wheel",
+    ]
+    other = BuildStepFailed("debian-armv7", "[build 6/7] RUN uv build", ["error: this is not C"])
+    assert wheelset.asked_for(JobResult(target="debian-armv7", error=other)) == []
