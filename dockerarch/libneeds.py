@@ -82,6 +82,11 @@ def parse(output: str, reports: Iterable[ArtifactReport]) -> list[Missing]:
             found.append(Missing(path, soname))
         elif line.startswith(_WHEEL_MARK):
             path, soname, where = line.removeprefix(_WHEEL_MARK).strip().rsplit(" ", 2)
+            beside = PurePosixPath(path).parent == PurePosixPath(where).parent
+            if beside and PurePosixPath(path).parent.name.endswith(".libs"):
+                # auditwheel's vendored libraries (a manylinux wheel's <name>.libs/): each is
+                # loaded by the extension whose RPATH names that directory, with its siblings
+                continue
             if soname in carried:
                 raise VerificationError(
                     f"{path} needs {soname}, which the artifacts carry ({where}), but the "

@@ -62,3 +62,20 @@ def test_a_library_another_wheel_carries_is_not_missing_but_one_of_its_own_is_a_
         VerificationError, match=r"libtorch_python\.so needs libtorch\.so\.2\.6.*RPATH"
     ):
         libneeds.parse(line, [torch])
+
+
+def test_auditwheel_s_vendored_libraries_find_their_siblings() -> None:
+    """A manylinux wheel's <name>.libs/ libraries need each other by their mangled names; the
+    extension that loads them has the directory in its RPATH, so that is not a broken RPATH."""
+    from dockerarch.artifacts import ArtifactReport
+
+    libs = "/usr/local/lib/python3.11/dist-packages/opencv_python_headless.libs"
+    report = ArtifactReport(
+        name="opencv_python_headless-4.10.0.84-cp37-abi3-manylinux_2_17_x86_64.whl", sha256="0",
+        size=1, kind="wheel", elf_files=2, glibc=None, glibcxx=None,
+        elf_members=("opencv_python_headless.libs/libavformat-3ff1be5b.so.59.27.100",
+                     "opencv_python_headless.libs/libavcodec-9aae324f.so.59.37.100"),
+    )  # fmt: skip
+    output = (f"dockerarch-needs-wheel: {libs}/libavformat-3ff1be5b.so.59.27.100 "
+              f"libavcodec-9aae324f.so.59.37.100 {libs}/libavcodec-9aae324f.so.59.37.100\n")  # fmt: skip
+    assert libneeds.parse(output, [report]) == []
