@@ -381,11 +381,14 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
                 continue
             if file.requires_python and not _python_ok(file.requires_python, self.python):
                 continue
-            if not specifier.contains(version, prereleases=True if pinned else None):
-                continue
             if version not in by_version or rank < by_version[version][0]:
                 by_version[version] = (rank, file)
-        return [Candidate(name=name, version=v, file=f) for v, (_, f) in by_version.items()]
+        # PEP 440's rule, as pip and uv apply it: a pre-release only when the specifier names one
+        # or no final release fits (packaging's contains() alone lets scikit-build 1.0.0rc1
+        # satisfy >=0.14, which breaks opencv's setup.py)
+        allowed_versions = set(specifier.filter(by_version))
+        return [Candidate(name=name, version=v, file=f) for v, (_, f) in by_version.items()
+                if v in allowed_versions]  # fmt: skip
 
     def _version_and_rank(self, file: IndexFile, name: str) -> tuple[Version | None, int | None]:
         """A wheel ranks by the target's tags (None: the target's pip refuses it); an sdist

@@ -198,6 +198,21 @@ def test_a_wheel_that_fits_wins_over_a_newer_sdist_only_when_pinned_or_constrain
     assert not any(u.endswith("six-1.16.0-py2.py3-none-any.whl") for u in index.asked)
 
 
+def test_a_pre_release_is_chosen_only_when_asked_for_or_nothing_else_fits(tmp_path: Path) -> None:
+    # scikit-build 1.0.0rc1 beside 0.18.1: pip and uv take 0.18.1 for >=0.14 (opencv's setup.py
+    # breaks with the release candidate), and the candidate when it is named or alone
+    wheels = {"scikit_build-0.18.1-py3-none-any.whl": "0.18.1",
+              "scikit_build-1.0.0rc1-py3-none-any.whl": "1.0.0rc1"}  # fmt: skip
+    both = FakeIndex({"scikit-build": {f: v.encode() for f, v in wheels.items()}},
+                     {f: META.format(name="scikit-build", version=v) for f, v in wheels.items()})  # fmt: skip
+    assert list(resolve(both, tmp_path / "a", "scikit-build>=0.14.0")) == ["scikit-build==0.18.1"]
+    assert list(resolve(both, tmp_path / "b", "scikit-build")) == ["scikit-build==0.18.1"]
+    assert list(resolve(both, tmp_path / "c", "scikit-build>=1.0.0rc1")) == [
+        "scikit-build==1.0.0rc1"
+    ]
+    assert list(resolve(both, tmp_path / "d", "scikit-build>=0.19")) == ["scikit-build==1.0.0rc1"]
+
+
 def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
     with pytest.raises(closure.ResolutionError, match="six>=2"):
         resolve(index, tmp_path, "six>=2")
