@@ -45,7 +45,7 @@ from dockerarch import simple_api
 from dockerarch.errors import DockerarchError
 from dockerarch.files import sha256_file
 from dockerarch.pyenv import PythonTarget
-from dockerarch.pyreqs import Wants
+from dockerarch.pyreqs import Wanted, Wants
 from dockerarch.simple_api import IndexFile
 
 Say = Callable[[str], None]
@@ -515,6 +515,15 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
     return {ident: cand for ident, cand in result.mapping.items() if not cand.extras}
 
 
+def constraints_for(lines: Sequence[Wanted], target: PythonTarget) -> dict[str, SpecifierSet]:
+    """Constraint lines as one specifier per name, markers evaluated for the target."""
+    constraints: dict[str, SpecifierSet] = {}
+    for c in lines:
+        if c.requirement.marker is None or c.requirement.marker.evaluate(target.markers):
+            constraints[c.name] = constraints.get(c.name, SpecifierSet()) & c.requirement.specifier
+    return constraints
+
+
 def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None,
             build_names: frozenset[str] = frozenset(),
             tests: Sequence[Requirement] = ()) -> dict[str, Resolved]:  # fmt: skip
@@ -522,10 +531,7 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
     it (``tests``, with the set's versions pinned), then each sdist's build requirements
     (recursively), by key (``name==version``). ``build_names`` are taken from their sdists even
     where a wheel fits."""
-    constraints: dict[str, SpecifierSet] = {}
-    for c in wants.constraints:
-        if c.requirement.marker is None or c.requirement.marker.evaluate(target.markers):
-            constraints[c.name] = constraints.get(c.name, SpecifierSet()) & c.requirement.specifier
+    constraints = constraints_for(wants.constraints, target)
     roots = [_Requirement(_plain(w.requirement), None) for w in wants.requirements
              if w.requirement.marker is None or w.requirement.marker.evaluate({**target.markers, "extra": ""})]  # fmt: skip
     provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for, prefer={},
@@ -543,16 +549,18 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
                          asked_by="--test-requires"):  # fmt: skip
             node.test = True
     complete_builds(found, [r for r in found.values() if not r.candidate.is_wheel], target,
-                    indexes, say=say)  # fmt: skip
+                    indexes, say=say, constraints=constraints_for(wants.build_constraints, target))  # fmt: skip
     return found
 
 
 def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target: PythonTarget,
                     indexes: Indexes, *, say: Say | None = None,
-                    extra: Mapping[str, Sequence[str]] | None = None) -> list[Resolved]:  # fmt: skip
+                    extra: Mapping[str, Sequence[str]] | None = None,
+                    constraints: Mapping[str, SpecifierSet] | None = None) -> list[Resolved]:  # fmt: skip
     """Resolve the build environment of each sdist in ``pending`` (its static build
     requirements, with ``extra[key]`` besides: what its build asked for on its own), and of each
-    sdist that adds, recursively, preferring versions ``found`` holds; the new nodes."""
+    sdist that adds, recursively, preferring versions ``found`` holds and keeping to
+    ``constraints`` (--build-constraint's); the new nodes."""
     done: set[str] = set()
     new: list[Resolved] = []
     while pending:
@@ -573,7 +581,7 @@ def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target:
                 build_roots.append(_Requirement(_plain(requirement), node.key))
         prefer = {r.candidate.name: r.candidate.version for r in found.values()}
         build_provider = Provider(
-            indexes, target, constraints={}, hashes=lambda _n: None, prefer=prefer
+            indexes, target, constraints=constraints or {}, hashes=lambda _n: None, prefer=prefer
         )
         env = _resolve(build_provider, build_roots) if build_roots else {}
         node.build_env = {c.name: c.key for c in env.values()}

@@ -41,6 +41,7 @@ class Wants:
 
     requirements: list[Wanted] = field(default_factory=list)
     constraints: list[Wanted] = field(default_factory=list)
+    build_constraints: list[Wanted] = field(default_factory=list)  # for build environments only
     index_url: str | None = None  # None: pip's own default
     extra_index_urls: list[str] = field(default_factory=list)
     require_hashes: bool = False
@@ -166,13 +167,24 @@ def parse_line(text: str, where: str) -> Wanted:
 
 def read_wants(requirement_files: list[Path], constraint_files: list[Path], packages: list[str],
                *, index_url: str | None = None, extra_index_urls: list[str] | None = None,
-               require_hashes: bool = False) -> Wants:  # fmt: skip
-    """Everything a set is asked for, from the command line's -r, -c and --package."""
+               require_hashes: bool = False,
+               build_constraint_files: list[Path] | None = None) -> Wants:  # fmt: skip
+    """Everything a set is asked for, from the command line's -r, -c, --build-constraint and
+    --package."""
     wants = Wants(require_hashes=require_hashes)
     for path in requirement_files:
         read_file(path, wants)
     for path in constraint_files:
         read_file(path, wants, constraint=True)
+    for path in build_constraint_files or []:
+        # uv's and pip's --build-constraint: pins for every build environment, none for the set
+        builds = Wants()
+        read_file(path, builds, constraint=True)
+        if builds.index_url or builds.extra_index_urls or builds.require_hashes:
+            raise _bad(str(path), "a build-constraints file names an index or hashes",
+                       "Give indexes and --require-hashes on the command line or in a "
+                       "requirements file; a build-constraints file holds pins only.")  # fmt: skip
+        wants.build_constraints.extend(builds.constraints)
     for spec in packages:
         wants.requirements.append(parse_line(spec, "--package"))
     if index_url:

@@ -381,6 +381,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "python": made.request.target.python,
         "requirements": [f"{w.requirement} ({w.where})" for w in wants.requirements],
         "constraints": [f"{w.requirement} ({w.where})" for w in wants.constraints],
+        "build_constraints": [f"{w.requirement} ({w.where})" for w in wants.build_constraints],
         "indexes": [wants.index_url or "pip's default", *wants.extra_index_urls],
         "build_order": made.order,
         "distributions": entries,
@@ -420,6 +421,7 @@ class SetRequest:
 
     requirement_files: list[Path]
     constraint_files: list[Path] = field(default_factory=list)
+    build_constraint_files: list[Path] = field(default_factory=list)  # pins for builds only
     packages: list[str] = field(default_factory=list)  # --package specs beside the files
     index_url: str | None = None
     extra_index_urls: list[str] = field(default_factory=list)
@@ -435,7 +437,8 @@ class SetRequest:
 
         return read_wants(self.requirement_files, self.constraint_files, self.packages,
                           index_url=self.index_url, extra_index_urls=self.extra_index_urls,
-                          require_hashes=self.require_hashes)  # fmt: skip
+                          require_hashes=self.require_hashes,
+                          build_constraint_files=self.build_constraint_files)  # fmt: skip
 
     @property
     def build_names(self) -> frozenset[str]:
@@ -590,9 +593,10 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
     member = made.members[key]
     member.asked = sorted(set(member.asked) | set(asked))
     found = {k: m.node for k, m in made.members.items()}
-    new = closure.complete_builds(found, [member.node], python_target(made.request.target),
-                                  Indexes(wants, out / DOWNLOADS), say=say,
-                                  extra={key: member.asked})  # fmt: skip
+    target = python_target(made.request.target)
+    new = closure.complete_builds(found, [member.node], target, Indexes(wants, out / DOWNLOADS),
+                                  say=say, extra={key: member.asked},
+                                  constraints=closure.constraints_for(wants.build_constraints, target))  # fmt: skip
     for node in new:
         made.members.setdefault(node.key, Member(node=node))
     fetch(made, wants, out, say)

@@ -127,6 +127,14 @@ def build(
         list[Path] | None,
         typer.Option("--constraint", "-c", help="A constraints file for the set; repeatable."),
     ] = None,
+    build_constraint: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--build-constraint",
+            help="With -r: a constraints file for every build environment of the set (not for "
+            "what the board installs), as uv's and pip's; repeatable.",
+        ),
+    ] = None,
     no_deps: Annotated[
         bool,
         typer.Option(
@@ -199,13 +207,15 @@ def build(
     chosen = parse_set(settings or [])
     wanted = None
     set_only = (test_requires or test_command or test_sources or no_deps or index_url
-                or extra_index_url or constraint or require_hashes or set_name)  # fmt: skip
+                or extra_index_url or constraint or build_constraint or require_hashes
+                or set_name)  # fmt: skip
     from_index = package is not None and not package.startswith((".", "/", "~"))
     if recipe == "wheel" and (requirement or from_index):
         from dockerarch.wheelset import SetRequest, set_requests
 
         wanted = SetRequest(
             requirement_files=requirement or [], constraint_files=constraint or [],
+            build_constraint_files=build_constraint or [],
             packages=[package] if package else [], index_url=index_url,
             extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
             no_deps=no_deps, name=set_name, test_requires=test_requires or [],
@@ -221,7 +231,7 @@ def build(
     elif set_only:
         from dockerarch.errors import UsageError
 
-        raise UsageError("--no-deps, -c, --index-url, --extra-index-url, --require-hashes, "
+        raise UsageError("--no-deps, -c, --build-constraint, --index-url, --extra-index-url, --require-hashes, "
                          "--name and the --test options go with a wheel set: build wheel -r "
                          "FILE, or --package NAME from an index",
                          fix="Give -r requirements.txt or a --package spec (not a directory).")  # fmt: skip

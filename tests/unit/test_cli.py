@@ -149,3 +149,14 @@ def test_import_img_makes_the_base_of_one_target(
     assert "base import-img makes the base of one target, not 2 (rpi3,pynq-z1)" in " ".join(
         err.split()
     )
+
+
+@pytest.mark.parametrize(
+    "option", [["--build-constraint", "b.txt"], ["-c", "c.txt"], ["--no-deps"], ["--name", "x"]]
+)
+def test_set_options_without_a_set_are_refused(
+    option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["build", "numpy", "--arch", "armv7", *option], capsys)
+    assert code == 2 and "go with a wheel set" in " ".join(err.split()), err
+    assert "Traceback" not in err

@@ -163,10 +163,12 @@ def index() -> FakeIndex:
     return FakeIndex(files, metadata)
 
 
-def resolve(index: FakeIndex, tmp_path: Path, *lines: str, constraints: tuple[str, ...] = ()) -> dict[str, closure.Resolved]:  # fmt: skip
+def resolve(index: FakeIndex, tmp_path: Path, *lines: str, constraints: tuple[str, ...] = (),
+            build_constraints: tuple[str, ...] = ()) -> dict[str, closure.Resolved]:  # fmt: skip
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
                          requirements=[pyreqs.parse_line(x, "test") for x in lines],
-                         constraints=[pyreqs.parse_line(x, "test") for x in constraints])  # fmt: skip
+                         constraints=[pyreqs.parse_line(x, "test") for x in constraints],
+                         build_constraints=[pyreqs.parse_line(x, "b") for x in build_constraints])  # fmt: skip
     indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     return closure.resolve(wants, ARMV7, indexes)
 
@@ -211,6 +213,41 @@ def test_a_pre_release_is_chosen_only_when_asked_for_or_nothing_else_fits(tmp_pa
         "scikit-build==1.0.0rc1"
     ]
     assert list(resolve(both, tmp_path / "d", "scikit-build>=0.19")) == ["scikit-build==1.0.0rc1"]
+
+
+def test_build_constraints_pin_build_environments_and_nothing_the_board_installs(
+    tmp_path: Path,
+) -> None:
+    # app builds with skb and needs it at run time; --build-constraint 'skb<2' (a backend whose
+    # newest release breaks the build) holds its build to skb 1.0, the board still gets 2.0
+    build = '[build-system]\nrequires = ["skb"]\nbuild-backend = "skb.build"\n'
+    app = "Metadata-Version: 2.2\nName: app\nVersion: 1.0\nRequires-Dist: skb\n"
+    skb = {f"skb-{v}-py3-none-any.whl": v for v in ("1.0", "2.0")}
+    index = FakeIndex(
+        {"app": {"app-1.0.tar.gz": sdist_bytes("app", build, app)},
+         "skb": {f: v.encode() for f, v in skb.items()}},
+        {f: META.format(name="skb", version=v) for f, v in skb.items()},
+    )  # fmt: skip
+    found = resolve(index, tmp_path / "a", "app")
+    assert found["app==1.0"].build_env == {"skb": "skb==2.0"} and "skb==1.0" not in found
+    found = resolve(index, tmp_path / "b", "app", build_constraints=("skb<2",))
+    assert found["app==1.0"].build_env == {"skb": "skb==1.0"}
+    assert found["skb==2.0"].runtime and not found["skb==1.0"].runtime
+    assert found["app==1.0"].requires == {"skb==2.0"}
+
+
+def test_a_build_constraints_file_holds_pins_only(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text("app\n")
+    (tmp_path / "b.txt").write_text("skb<2  # the newest breaks our build\n")
+    wants = pyreqs.read_wants(
+        [tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"]
+    )
+    assert [str(w.requirement) for w in wants.build_constraints] == ["skb<2"]
+    assert not wants.constraints
+    (tmp_path / "b.txt").write_text("--index-url http://127.0.0.1:9/simple/\nskb<2\n")
+    with pytest.raises(UsageError) as err:
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"])
+    assert "b.txt" in err.value.problem and "pins only" in err.value.fix
 
 
 def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
