@@ -98,6 +98,7 @@ class TargetSet:
     """One target's set while it is made."""
 
     request: RenderRequest  # the wheel recipe for this target (no package)
+    indexes: Indexes  # one for every target of a run: each project page is read once
     members: dict[str, Member] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # the build order of the built members
     directory: Path | None = None  # the written set
@@ -121,15 +122,15 @@ def needed_by(member: Member) -> str:
 # --- 1. resolve ----------------------------------------------------------------------------------
 
 
-def plan(request: RenderRequest, wants: Wants, out: Path, *, build_names: frozenset[str],
+def plan(request: RenderRequest, wants: Wants, indexes: Indexes, *, build_names: frozenset[str],
          no_deps: bool, say: Say, tests: tuple[Requirement, ...] = ()) -> TargetSet:  # fmt: skip
     """The target's set resolved, with its build order. ``build_names`` are built from their
     sdists even where the index has a wheel (what --package names); with ``no_deps`` nothing else
     may need a build."""
     target = python_target(request.target)
-    indexes = Indexes(wants, out / DOWNLOADS)
     found = closure.resolve(wants, target, indexes, say=say, build_names=build_names, tests=tests)
-    made = TargetSet(request=request, members={k: Member(node=n) for k, n in found.items()})
+    made = TargetSet(request=request, indexes=indexes,
+                     members={k: Member(node=n) for k, n in found.items()})  # fmt: skip
     built = [m for m in made.members.values() if m.built]
     if no_deps:
         others = [m for m in built if m.node.candidate.name not in build_names]
@@ -168,7 +169,7 @@ def plan(request: RenderRequest, wants: Wants, out: Path, *, build_names: frozen
 def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
     """Every wheel the index has for the board, downloaded (hash-checked) into
     OUT/<target>/wheels and put through the board-ABI gate."""
-    indexes = Indexes(wants, out / DOWNLOADS)
+    indexes = made.indexes
     pool = out / made.target / WHEELS
     pool.mkdir(parents=True, exist_ok=True)
     for member in made.members.values():
@@ -232,13 +233,12 @@ def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[
     return None
 
 
-def build_requests(made: TargetSet, key: str, wants: Wants, out: Path, work: Path) -> RenderRequest:
+def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
     """The wheel recipe's request for one member: its unpacked sdist, and the wheelset context
     (its build environment's wheels, its run-time closure's, build-constraints.txt)."""
     member = made.members[key]
     candidate = member.node.candidate
-    indexes = Indexes(wants, out / DOWNLOADS)
-    sdist = indexes.download(candidate.file)
+    sdist = made.indexes.download(candidate.file)
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
     context = work / made.target / "sets" / key.replace("==", "-")
     shutil.rmtree(context, ignore_errors=True)  # a member built again (its build asked for more)
@@ -497,9 +497,10 @@ def make_sets(
     wants, name = wanted.wants(), wanted.set_name
     build_names, no_deps = wanted.build_names, wanted.no_deps
     made = []
+    indexes = Indexes(wants, options.out / DOWNLOADS)
     for request in requests:
         say = _sayer(progress, request.target.name)
-        made.append(plan(request, wants, options.out, build_names=build_names, no_deps=no_deps,
+        made.append(plan(request, wants, indexes, build_names=build_names, no_deps=no_deps,
                          say=say, tests=wanted.tests))  # fmt: skip
 
     for target_set in made:
@@ -516,7 +517,7 @@ def make_sets(
                     try:
                         if options.cache and _reuse(target_set, member, options.out, progress):
                             continue
-                        request = build_requests(target_set, key, wants, options.out, work)
+                        request = build_requests(target_set, key, work)
                     except DockerarchError as exc:
                         member.error = exc
                         continue
@@ -594,7 +595,7 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
     member.asked = sorted(set(member.asked) | set(asked))
     found = {k: m.node for k, m in made.members.items()}
     target = python_target(made.request.target)
-    new = closure.complete_builds(found, [member.node], target, Indexes(wants, out / DOWNLOADS),
+    new = closure.complete_builds(found, [member.node], target, made.indexes,
                                   say=say, extra={key: member.asked},
                                   constraints=closure.constraints_for(wants.build_constraints, target))  # fmt: skip
     for node in new:

@@ -255,27 +255,24 @@ def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path:
         resolve(index, tmp_path, "six>=2")
 
 
-def test_no_deps_names_what_would_have_to_be_built(
-    index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: Path) -> None:
     wants = pyreqs.Wants(
         index_url="http://127.0.0.1:9/simple/", requirements=[pyreqs.parse_line("cpkg", "r.txt:1")]
     )
-    real = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
-    monkeypatch.setattr(wheelset, "Indexes", lambda w, c: real)
+    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     request = plan("wheel", arch="armv7", target=None, version=None, package="cpkg", settings={})[0]
     with pytest.raises(UsageError) as err:
         wheelset.plan(
             request,
             wants,
-            tmp_path,
+            indexes,
             build_names=frozenset({"cpkg"}),
             no_deps=True,
             say=lambda _l: None,
         )
     assert "numpy==2.0.0 (needed by cpkg==1.0)" in err.value.problem
     made = wheelset.plan(
-        request, wants, tmp_path, build_names=frozenset(), no_deps=False, say=lambda _l: None
+        request, wants, indexes, build_names=frozenset(), no_deps=False, say=lambda _l: None
     )
     assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
     assert set(made.order) == {"numpy==2.0.0", "six==1.17.0", "cpkg==1.0"}
@@ -296,6 +293,12 @@ def test_set_names_come_from_the_file_or_the_package() -> None:
     assert wheelset.set_name([], ["pandas[perf]>=2"]) == "pandas"
 
 
+def no_index(tmp_path: Path) -> closure.Indexes:
+    """Indexes that answer from their download cache only (nothing listens on port 9)."""
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
+    return closure.Indexes(wants, tmp_path / "out" / wheelset.DOWNLOADS)
+
+
 def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
     wheel = tmp_path / "six-1.16.0-py2.py3-none-any.whl"
     wheel.write_bytes(b"six")
@@ -306,7 +309,7 @@ def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
         file=IndexFile(filename=wheel.name, url="http://127.0.0.1/x")))  # fmt: skip
     build_only = closure.Resolved(candidate=node.candidate, runtime=False)
     request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
-    made = wheelset.TargetSet(request=request, members={
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
         "six==1.16.0": wheelset.Member(node=node, path=wheel),
         "tool==1": wheelset.Member(node=build_only, path=wheel)})  # fmt: skip
     lines = wheelset.lock_lines(made)
@@ -340,12 +343,11 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
                             file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
                                            hashes={"sha256": digest}))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
-    made = wheelset.TargetSet(request=request, members={
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
         "cmake==4.0.0": wheelset.Member(node=closure.Resolved(candidate=cmake, runtime=False), path=cmake_wheel),
         "pkg==1.0": wheelset.Member(node=closure.Resolved(candidate=pkg, build_env={"cmake": "cmake==4.0.0"})),
     })  # fmt: skip
-    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    built = wheelset.build_requests(made, "pkg==1.0", wants, tmp_path / "out", tmp_path / "work")
+    built = wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
     assert "cmake" in built.recipe.apt and "ninja-build" not in built.recipe.apt
     assert built.package is not None and built.package.local is not None and built.version == "1.0"
     assert built.wheelset is not None
