@@ -432,7 +432,9 @@ class SetRequest:
     test_command: str | None = None  # run in the set's image, {project}: test_sources
     test_sources: Path | None = None  # default: the current directory
 
+    @functools.cached_property
     def wants(self) -> Wants:
+        """The files read (once), as pip reads them."""
         from dockerarch.pyreqs import read_wants
 
         return read_wants(self.requirement_files, self.constraint_files, self.packages,
@@ -443,7 +445,7 @@ class SetRequest:
     @property
     def build_names(self) -> frozenset[str]:
         """--package names are built from their sdists; so is everything with --no-deps."""
-        wants = self.wants()
+        wants = self.wants
         named = [w.name for w in wants.requirements if w.where == "--package"]
         if self.no_deps:
             named = [w.name for w in wants.requirements]
@@ -473,7 +475,7 @@ def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: s
         raise UsageError(f"--name {wanted.name!r} is not a directory name dockerarch writes",
                          fix="Use letters, digits, '.', '_' and '-'.")  # fmt: skip
     first = (
-        wanted.packages[0] if wanted.packages else wanted.wants().requirements[0].requirement.name
+        wanted.packages[0] if wanted.packages else wanted.wants.requirements[0].requirement.name
     )
     return plan_requests("wheel", arch=arch, target=target, version=None, package=first,
                          settings=settings)  # fmt: skip
@@ -494,7 +496,7 @@ def make_sets(
     from dockerarch import build as build_module
 
     started = time.monotonic()
-    wants, name = wanted.wants(), wanted.set_name
+    wants, name = wanted.wants, wanted.set_name
     build_names, no_deps = wanted.build_names, wanted.no_deps
     made = []
     indexes = Indexes(wants, options.out / DOWNLOADS)
