@@ -24,6 +24,7 @@ from typing import Protocol, TextIO
 from dockerarch import __version__, accel, artifacts, builders, libneeds, paths, steps
 from dockerarch import farm as farm_module
 from dockerarch.artifacts import VerificationError
+from dockerarch.config import FarmServer
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
 from dockerarch.render import RenderRequest, render_dockerfile
@@ -62,7 +63,7 @@ class BuildOptions:
     registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
     registry_cache_loopback: bool = True  # the registry is on this machine only
     uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
-    farm: tuple[farm_module.Server, ...] = ()  # compile farm servers (hybrid builds)
+    farm: tuple[FarmServer, ...] = ()  # compile farm servers (hybrid builds)
 
     @property
     def secrets(self) -> tuple[str, ...]:

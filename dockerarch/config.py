@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import os
 import re
 import urllib.parse
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dockerarch.errors import ConfigError
+from dockerarch.errors import ConfigError, UsageError
 
 REGISTRY_FILE = "registry.yaml"
 
@@ -78,6 +79,26 @@ def reject_unknown(
             )
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine
+    only: localhost, 127.0.0.0/8 or ::1. The one definition dockerarch uses."""
+    host = host.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(url: str) -> str:
+    """The host of ``url`` ('' when it has none, or the URL cannot be read)."""
+    try:
+        return urllib.parse.urlsplit(url).hostname or ""
+    except ValueError:
+        return ""
+
+
 _INDEX_URL = "http://127.0.0.1:3141/dockerarch/{target}/"
 
 
@@ -106,8 +127,13 @@ class IndexConfig:
 
     @property
     def loopback(self) -> bool:
-        host = urllib.parse.urlsplit(self.url).hostname or ""
-        return host == "localhost" or host.startswith("127.")
+        """Whether uploads go to this machine only."""
+        return is_loopback(url_host(self.url))
+
+    @property
+    def simple_loopback(self) -> bool:
+        """Whether the index boards read is this machine's only (no board reaches it)."""
+        return is_loopback(url_host(self.simple))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +146,7 @@ class RegistryConfig:
     cache: bool = False  # share build caches through the registry (dockerarch build)
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
-    farm: tuple[str, ...] = ()  # compile farm servers, HOST[:PORT][/SLOTS] (dockerarch build)
+    farm: tuple[FarmServer, ...] = ()  # compile farm servers (dockerarch build)
     source: str = "built-in defaults"
 
     @property
@@ -135,7 +161,7 @@ class RegistryConfig:
     @property
     def loopback(self) -> bool:
         """Whether the registry is on this machine only (a native node cannot reach it)."""
-        return self.host == "localhost" or self.host.startswith("127.")
+        return is_loopback(self.host)
 
     @property
     def api_url(self) -> str:
@@ -234,12 +260,66 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     )  # fmt: skip
 
 
-def parse_farm_section(value: Any, path: Path) -> tuple[str, ...]:
+# --- compile farm servers (registry.yaml's farm:, build --farm, farm serve/stop) -------------------
+
+FARM_PORT = 3632  # distcc's
+_FARM_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+
+
+@dataclass(frozen=True, order=True)
+class FarmServer:
+    """A compile farm server as distcc names one: HOST[:PORT][/SLOTS]."""
+
+    host: str
+    port: int = FARM_PORT
+    slots: int | None = None  # concurrent compiles the client sends it (distcc's /N)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def distcc_host(self) -> str:
+        """The server as a DISTCC_HOSTS entry (lzo-compressed: the preprocessed source shrinks
+        4-5x, which counts on a LAN)."""
+        return f"{self.address}{f'/{self.slots}' if self.slots else ''},lzo"
+
+
+def parse_farm_server(text: str) -> FarmServer:
+    """HOST[:PORT][/SLOTS], as distcc writes a host."""
+    spec = text.strip()
+    match = re.fullmatch(r"([^:/\s]+)(?::(\d{1,5}))?(?:/(\d{1,3}))?", spec)
+    if not match or not _FARM_HOST.match(match.group(1)):
+        raise UsageError(
+            f"'{text}' is not a farm server",
+            fix="Give HOST[:PORT][/SLOTS], like 10.0.0.5, buildbox:3632 or 10.0.0.5:3632/8 "
+            "(SLOTS: compiles sent to it at once), several separated by commas.",
+        )
+    port = int(match.group(2) or FARM_PORT)
+    slots = int(match.group(3)) if match.group(3) else None
+    if not 0 < port < 65536 or slots == 0:
+        raise UsageError(f"'{text}' has a port or slot count out of range",
+                         fix="Use a port from 1 to 65535 and at least 1 slot.")  # fmt: skip
+    return FarmServer(match.group(1), port, slots)
+
+
+def parse_farm_servers(items: Iterable[str]) -> tuple[FarmServer, ...]:
+    """Every server of comma-separated lists, each once, in the order given."""
+    found: dict[str, FarmServer] = {}
+    for item in items:
+        for part in item.split(","):
+            if part.strip():
+                server = parse_farm_server(part)
+                found.setdefault(server.address, server)
+    return tuple(found.values())
+
+
+def parse_farm_section(value: Any, path: Path) -> tuple[FarmServer, ...]:
     """``farm: {servers: [HOST[:PORT][/SLOTS], ...]}``: the compile farm builds use unless
     --farm/--no-farm says otherwise."""
-    from dockerarch.errors import UsageError
-    from dockerarch.farm import parse_servers
-
     section = require_mapping(value, "farm", path)
     reject_unknown(section, ["servers"], "farm", path)
     servers = section.get("servers") or []
@@ -247,7 +327,7 @@ def parse_farm_section(value: Any, path: Path) -> tuple[str, ...]:
         raise ConfigError(f"'farm.servers' in {path} must be a list of HOST[:PORT] strings",
                           fix="Write it like: servers: [10.0.0.5, 10.0.0.6:3632/8].")  # fmt: skip
     try:
-        return tuple(s.address + (f"/{s.slots}" if s.slots else "") for s in parse_servers(servers))
+        return parse_farm_servers(servers)
     except UsageError as exc:
         raise ConfigError(f"'farm.servers' in {path}: {exc.problem}", fix=exc.fix) from exc
 

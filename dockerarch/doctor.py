@@ -158,7 +158,7 @@ def check_registry(config: RegistryConfig) -> CheckResult:
     where = "registry.yaml" if config.source == RegistryConfig().source else config.source
     fix = (
         f"Start the local one with {SETUP}, or set registry.address in {where}."
-        if config.address.startswith(("127.", "localhost"))
+        if config.loopback
         else f"Check that the registry at {config.address} is up, or fix {where}."
     )
     # Loopback and the user's own registry are reached directly, never through a proxy.

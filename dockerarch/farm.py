@@ -30,76 +30,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dockerarch import accel, paths
+from dockerarch.config import FarmServer, parse_farm_server
 from dockerarch.errors import UsageError
 from dockerarch.targets import BoardTarget
 
 if TYPE_CHECKING:
     from dockerarch.render import RenderRequest
 
-DEFAULT_PORT = 3632  # distcc's
 DEFAULT_SLOTS = 4  # distcc's limit of compiles sent at once to a server without /SLOTS
 JOBS_OPTION = "MAX_JOBS"  # the recipes' option for compiles at once
 LABEL = "org.dockerarch.farm"
 IMAGE = "dockerarch/farm"
 FARM_INFO = "/etc/dockerarch-farm"  # in a server's image: "TARGET TRIPLET DIGEST" per line
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 
 
-@dataclass(frozen=True, order=True)
-class Server:
-    host: str
-    port: int = DEFAULT_PORT
-    slots: int | None = None  # concurrent compiles the client sends it (distcc's /N)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
-    def distcc_host(self) -> str:
-        """The server as a DISTCC_HOSTS entry (lzo-compressed: the preprocessed source shrinks
-        4-5x, which counts on a LAN)."""
-        return f"{self.address}{f'/{self.slots}' if self.slots else ''},lzo"
-
-
-def parse_server(text: str) -> Server:
-    """HOST[:PORT][/SLOTS], as distcc writes a host."""
-    spec = text.strip()
-    match = re.fullmatch(r"([^:/\s]+)(?::(\d{1,5}))?(?:/(\d{1,3}))?", spec)
-    if not match or not _HOST.match(match.group(1)):
-        raise UsageError(
-            f"'{text}' is not a farm server",
-            fix="Give HOST[:PORT][/SLOTS], like 10.0.0.5, buildbox:3632 or 10.0.0.5:3632/8 "
-            "(SLOTS: compiles sent to it at once), several separated by commas.",
-        )
-    port = int(match.group(2) or DEFAULT_PORT)
-    slots = int(match.group(3)) if match.group(3) else None
-    if not 0 < port < 65536 or slots == 0:
-        raise UsageError(f"'{text}' has a port or slot count out of range",
-                         fix="Use a port from 1 to 65535 and at least 1 slot.")  # fmt: skip
-    return Server(match.group(1), port, slots)
-
-
-def parse_servers(items: Iterable[str]) -> tuple[Server, ...]:
-    """Every server of comma-separated lists, each once, in the order given."""
-    found: dict[str, Server] = {}
-    for item in items:
-        for part in item.split(","):
-            if part.strip():
-                server = parse_server(part)
-                found.setdefault(server.address, server)
-    return tuple(found.values())
-
-
-def hosts_line(servers: Sequence[Server], local_slots: int) -> str:
+def hosts_line(servers: Sequence[FarmServer], local_slots: int) -> str:
     """DISTCC_HOSTS for a build: the servers in random order per compile (a build that compiles
     one file at a time still uses them all), and this machine as one more place."""
     entries = [s.distcc_host() for s in servers]
@@ -108,7 +53,7 @@ def hosts_line(servers: Sequence[Server], local_slots: int) -> str:
     return " ".join(["--randomize", *entries]) if len(entries) > 1 else " ".join(entries)
 
 
-def farm_jobs(servers: Sequence[Server], local_cores: int) -> int:
+def farm_jobs(servers: Sequence[FarmServer], local_cores: int) -> int:
     """Compiles at once that keep every place busy: this machine's cores and each server's
     slots (distcc makes the rest wait for a slot)."""
     return local_cores + sum(s.slots or DEFAULT_SLOTS for s in servers)
@@ -116,7 +61,7 @@ def farm_jobs(servers: Sequence[Server], local_cores: int) -> int:
 
 def with_farm_jobs(
     requests: list[RenderRequest],
-    servers: Sequence[Server],
+    servers: Sequence[FarmServer],
     chosen: Mapping[str, str],
     local_cores: int,
 ) -> tuple[list[RenderRequest], int | None]:
@@ -154,7 +99,7 @@ def server_image(targets: Sequence[BoardTarget], toolchain_base: BoardTarget) ->
     hybrid toolchain's amd64 base), tagged by its content."""
     from dockerarch import render
 
-    env = render._environment(tuple(paths.template_dirs()))  # the recipes' template path
+    env = render.template_environment(tuple(paths.template_dirs()))  # the recipes' template path
     compilers = [
         {
             "target": t.name,
@@ -174,11 +119,11 @@ def server_image(targets: Sequence[BoardTarget], toolchain_base: BoardTarget) ->
     return ServerImage(tag=f"{IMAGE}:{digest}", dockerfile=text)
 
 
-def container_name(server: Server) -> str:
+def container_name(server: FarmServer) -> str:
     return "dockerarch-farm-" + re.sub(r"[^A-Za-z0-9_.-]", "-", f"{server.host}-{server.port}")
 
 
-def serve_command(server: Server, allow: Sequence[str], jobs: int) -> list[str]:
+def serve_command(server: FarmServer, allow: Sequence[str], jobs: int) -> list[str]:
     """distccd in the foreground, logging each compile (COMPILE_OK) to the container's log."""
     argv = ["distccd", "--daemon", "--no-detach", "--log-stderr", "--log-level", "info",
             "--listen", server.host, "--port", str(server.port), "--jobs", str(jobs),
@@ -214,7 +159,7 @@ def check_allow(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def answers(server: Server, timeout: float = 3.0) -> bool:
+def answers(server: FarmServer, timeout: float = 3.0) -> bool:
     """Whether something accepts TCP connections at the server's address."""
     try:
         with socket.create_connection((server.host, server.port), timeout=timeout):
@@ -236,7 +181,7 @@ def parse_info(text: str) -> dict[str, str]:
 # --- the build side -----------------------------------------------------------------------------
 
 
-def probe_command(servers: Sequence[Server], triplet: str) -> str:
+def probe_command(servers: Sequence[FarmServer], triplet: str) -> str:
     """Shell, run in a build's toolchain stage (amd64, with its distcc and compilers under their
     farm names), that compiles a probe on each server alone with no fallback: 'digest D' first,
     then 'server ADDRESS CODE' and distcc's errors ('why ADDRESS TEXT') per server."""
@@ -265,15 +210,15 @@ def probe_command(servers: Sequence[Server], triplet: str) -> str:
 @dataclass(frozen=True)
 class Probe:
     digest: str
-    usable: tuple[Server, ...]
-    refused: tuple[tuple[Server, str], ...]  # (server, why), said as a warning
+    usable: tuple[FarmServer, ...]
+    refused: tuple[tuple[FarmServer, str], ...]  # (server, why), said as a warning
 
 
 _NO_ANSWER = ("connection refused", "timed out", "timeout", "no route", "unreachable",
               "failed to connect", "connect to", "name or service")  # fmt: skip
 
 
-def read_probe(servers: Sequence[Server], output: str, target: str) -> Probe:
+def read_probe(servers: Sequence[FarmServer], output: str, target: str) -> Probe:
     digest = ""
     codes: dict[str, int] = {}
     why: dict[str, list[str]] = {}
@@ -287,8 +232,8 @@ def read_probe(servers: Sequence[Server], output: str, target: str) -> Probe:
         elif kind == "why":
             address, _, text = rest.partition(" ")
             why.setdefault(address, []).append(text.strip())
-    usable: list[Server] = []
-    refused: list[tuple[Server, str]] = []
+    usable: list[FarmServer] = []
+    refused: list[tuple[FarmServer, str]] = []
     for server in servers:
         code = codes.get(server.address)
         if code == 0:
@@ -361,14 +306,14 @@ def say_refused(probe: Probe, say: Callable[[str], None]) -> None:
 class Running:
     """A farm server on this machine's engine."""
 
-    server: Server
+    server: FarmServer
     container: str
     image: str
     running: bool
     digests: dict[str, str]  # target: toolchain digest
 
 
-def _labels(server: Server, digests: dict[str, str]) -> dict[str, str]:
+def _labels(server: FarmServer, digests: dict[str, str]) -> dict[str, str]:
     return {LABEL: "1", f"{LABEL}.listen": server.address,
             f"{LABEL}.toolchains": ",".join(f"{t}={d}" for t, d in sorted(digests.items()))}  # fmt: skip
 
@@ -431,7 +376,7 @@ def build_server_image(targets: Sequence[BoardTarget], work: Path,
     return image.tag, digests
 
 
-def serve(targets: Sequence[BoardTarget], server: Server, *, allow: Sequence[str], jobs: int,
+def serve(targets: Sequence[BoardTarget], server: FarmServer, *, allow: Sequence[str], jobs: int,
           work: Path, say: Callable[[str], None]) -> Running:  # fmt: skip
     """Start (or replace) the farm server at ``server``'s address on this machine's engine."""
     import time
@@ -470,7 +415,7 @@ def running() -> list[Running]:
     for service in engine.services(LABEL):
         address = service.labels.get(f"{LABEL}.listen", "")
         try:
-            server = parse_server(address)
+            server = parse_farm_server(address)
         except UsageError:
             continue
         digests = dict(p.split("=", 1) for p in
@@ -480,7 +425,7 @@ def running() -> list[Running]:
     return sorted(found, key=lambda r: r.server)
 
 
-def stop(addresses: Sequence[Server]) -> list[Running]:
+def stop(addresses: Sequence[FarmServer]) -> list[Running]:
     """Stop the farm servers at ``addresses`` (all of this machine's when none); those stopped."""
     from dockerarch import engine
 

@@ -36,7 +36,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from dockerarch import artifacts, simple_api
 from dockerarch.artifacts import VerificationError
-from dockerarch.config import IndexConfig
+from dockerarch.config import IndexConfig, url_host
 from dockerarch.errors import DockerarchError, OutputError, UsageError
 from dockerarch.files import sha256_file, write_atomic
 from dockerarch.publish import read_result
@@ -482,8 +482,8 @@ def board_lines(outcomes: list[Outcome], config: IndexConfig,
     and --require-hashes: everything from the index, nothing compiled), and the /etc/pip.conf
     lines."""
     lines = []
-    host = urllib.parse.urlsplit(config.simple).hostname or ""
-    plain = config.simple.startswith("http://") and not config.loopback
+    host = url_host(config.simple)
+    plain = config.simple.startswith("http://") and not config.simple_loopback
     for simple, group in _group(outcomes, lambda o: o.index).items():
         target = group[0].wheel.target
         reqs = " ".join(sorted({f"{o.wheel.project}=={o.wheel.version}" for o in group}))
@@ -511,9 +511,9 @@ def board_lines(outcomes: list[Outcome], config: IndexConfig,
         "index, and a manylinux wheel on the default index outranks a linux_* one: where that "
         "matters, install with --index-url as above."
     )
-    if config.loopback:
+    if config.simple_loopback:
         lines.append(
-            f"note: {config.server} is this machine's loopback, which no board reaches: run the "
+            f"note: {config.simple} is this machine's loopback, which no board reaches: run the "
             "index on an address boards reach (scripts/setup-host --index-addr 0.0.0.0:3141) and "
             "set registry.yaml's index.url and index.simple to this machine's name or address"
         )

@@ -96,7 +96,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 @functools.cache
-def _environment(search_path: tuple[Path, ...]) -> SandboxedEnvironment:
+def template_environment(search_path: tuple[Path, ...]) -> SandboxedEnvironment:
     from jinja2 import FileSystemLoader, StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -150,7 +150,7 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
         request.recipe.template.parent,
         *[p for p in search_path if p != request.recipe.template.parent],
     )
-    env = _environment(tuple(paths))
+    env = template_environment(tuple(paths))
     target = request.target
     recipe = request.recipe
     variables = {

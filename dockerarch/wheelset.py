@@ -474,9 +474,7 @@ def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: s
     if wanted.name is not None and set_name([], [wanted.name]) != wanted.name:
         raise UsageError(f"--name {wanted.name!r} is not a directory name dockerarch writes",
                          fix="Use letters, digits, '.', '_' and '-'.")  # fmt: skip
-    first = (
-        wanted.packages[0] if wanted.packages else wanted.wants.requirements[0].requirement.name
-    )
+    first = wanted.packages[0] if wanted.packages else wanted.wants.requirements[0].requirement.name
     return plan_requests("wheel", arch=arch, target=target, version=None, package=first,
                          settings=settings)  # fmt: skip
 

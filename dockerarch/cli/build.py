@@ -250,9 +250,9 @@ def build(
         check_forced(builder)
     registry = load_registry_config()
     use_registry_cache = registry.cache if registry_cache is None else registry_cache
-    from dockerarch.farm import parse_servers
+    from dockerarch.config import parse_farm_servers
 
-    servers = () if no_farm else parse_servers(farm if farm else registry.farm)
+    servers = () if no_farm else (parse_farm_servers(farm) if farm else registry.farm)
     if servers:
         import os
 

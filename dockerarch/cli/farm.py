@@ -45,12 +45,13 @@ def serve(
     """Start a farm server for the targets' cross compilers on this machine (replacing one at
     the same address)."""
     from dockerarch import farm
+    from dockerarch.config import parse_farm_server
     from dockerarch.targets import load_targets, select_targets
 
     if arch is None and target is None:
         arch = "armv7,aarch64"
     targets = select_targets(load_targets(), arch=arch, target=target)
-    server = farm.parse_server(listen)
+    server = parse_farm_server(listen)
     networks = farm.check_allow(allow)
     with tempfile.TemporaryDirectory(prefix="dockerarch-farm-") as work:
         started = farm.serve(targets, server, allow=networks, jobs=jobs or os.cpu_count() or 2,
@@ -75,7 +76,7 @@ def list_servers(
     whether they answer."""
     from dockerarch import farm
     from dockerarch.cli.output import columns
-    from dockerarch.config import load_registry_config
+    from dockerarch.config import load_registry_config, parse_farm_servers
 
     rows = [("SERVER", "WHERE", "TOOLCHAINS", "STATUS")]
     here = farm.running()
@@ -84,9 +85,9 @@ def list_servers(
         toolchains = ", ".join(f"{t} sha256:{d[:16]}" for t, d in sorted(r.digests.items()))
         rows.append((r.server.address, f"this machine ({r.container})", toolchains, status))
     mine = {r.server.address for r in here}
-    named = farm.parse_servers(servers or [])
+    named = parse_farm_servers(servers or [])
     for server, where in [*((s, "named") for s in named),
-                          *((farm.parse_server(t), "registry.yaml") for t in load_registry_config().farm)]:  # fmt: skip
+                          *((s, "registry.yaml") for s in load_registry_config().farm)]:  # fmt: skip
         if server.address in mine:
             continue
         mine.add(server.address)
@@ -110,8 +111,9 @@ def stop(
 ) -> None:
     """Stop this machine's farm servers."""
     from dockerarch import farm
+    from dockerarch.config import parse_farm_servers
 
-    stopped = farm.stop(farm.parse_servers(servers or []))
+    stopped = farm.stop(parse_farm_servers(servers or []))
     for r in stopped:
         typer.echo(f"stopped farm server {r.server.address} ({r.container})")
     if not stopped:

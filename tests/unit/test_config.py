@@ -106,11 +106,12 @@ def test_missing_explicit_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("address", "loopback"),
     [("127.0.0.1:5000", True), ("localhost:5000", True), ("localhost", True),
+     ("127.5.0.1:5000", True), ("127.example.invalid:5000", False),
      ("registry.example.invalid:443", False), ("10.0.0.7:5000", False)],
 )  # fmt: skip
 def test_registry_cache_repository(tmp_path: Path, address: str, loopback: bool) -> None:
     path = tmp_path / "registry.yaml"
-    path.write_text(f"registry:\n  address: {address}\n  namespace: team/arm\n  cache: true\n")
+    path.write_text(f"registry:\n  address: '{address}'\n  namespace: team/arm\n  cache: true\n")
     config = load_registry_config(path)
     assert config.cache is True
     assert config.cache_repository == f"{address}/team/arm/buildcache"
@@ -140,3 +141,20 @@ def test_an_index_elsewhere(tmp_path: Path) -> None:
     assert index.upload_url("pynq-zu") == "https://nexus.example.invalid/repository/pynq-zu/"
     assert index.ca == tmp_path / "ca.pem" and not index.loopback
     assert index.server == "https://nexus.example.invalid"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("LOCALHOST", True),
+     ("::1", True), ("[::1]", True), ("127.example.invalid", False), ("localhost.example.invalid", False),
+     ("10.0.0.5", False), ("::", False), ("", False)],
+)  # fmt: skip
+def test_one_definition_of_loopback(host: str, loopback: bool) -> None:
+    # registry, index, farm server and the board lines all ask this one function
+    from dockerarch.config import FarmServer, IndexConfig, is_loopback
+
+    assert is_loopback(host) is loopback
+    if host and ":" not in host.strip("[]"):
+        assert FarmServer(host).loopback is loopback
+        url = f"http://{host}:3141/x/{{target}}/"
+        assert IndexConfig(url=url, simple=url + "+simple/").simple_loopback is loopback

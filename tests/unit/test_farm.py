@@ -8,29 +8,34 @@ from pathlib import Path
 import pytest
 
 from dockerarch import farm
-from dockerarch.config import parse_registry_config
+from dockerarch.config import (
+    FarmServer,
+    parse_farm_server,
+    parse_farm_servers,
+    parse_registry_config,
+)
 from dockerarch.errors import ConfigError, UsageError
 from dockerarch.targets import load_targets
 
 
 def test_servers_parse_as_distcc_writes_hosts() -> None:
-    assert farm.parse_server("10.0.0.5") == farm.Server("10.0.0.5", 3632, None)
-    assert farm.parse_server("buildbox:4000/8") == farm.Server("buildbox", 4000, 8)
-    servers = farm.parse_servers(["10.0.0.5,10.0.0.6:3633", " 10.0.0.5 ", ""])
+    assert parse_farm_server("10.0.0.5") == FarmServer("10.0.0.5", 3632, None)
+    assert parse_farm_server("buildbox:4000/8") == FarmServer("buildbox", 4000, 8)
+    servers = parse_farm_servers(["10.0.0.5,10.0.0.6:3633", " 10.0.0.5 ", ""])
     assert [s.address for s in servers] == ["10.0.0.5:3632", "10.0.0.6:3633"]
-    assert farm.parse_server("127.0.0.2").loopback and farm.parse_server("localhost").loopback
-    assert not farm.parse_server("10.0.0.5").loopback
+    assert parse_farm_server("127.0.0.2").loopback and parse_farm_server("localhost").loopback
+    assert not parse_farm_server("10.0.0.5").loopback
 
 
 @pytest.mark.parametrize("bad", ["not a host!", "host:99999", "host:1/0", "-x", "a;rm -rf /"])
 def test_a_bad_server_is_refused_with_the_form_it_takes(bad: str) -> None:
     with pytest.raises(UsageError) as caught:
-        farm.parse_server(bad)
+        parse_farm_server(bad)
     assert "HOST[:PORT]" in caught.value.render() or "out of range" in caught.value.render()
 
 
 def test_the_hosts_line_randomizes_and_keeps_this_machine_as_one_more_place() -> None:
-    two = [farm.Server("10.0.0.5"), farm.Server("10.0.0.6", 3633, 8)]
+    two = [FarmServer("10.0.0.5"), FarmServer("10.0.0.6", 3633, 8)]
     line = farm.hosts_line(two, local_slots=2)
     assert line == "--randomize 10.0.0.5:3632,lzo 10.0.0.6:3633/8,lzo localhost/2"
     assert farm.hosts_line(two[:1], local_slots=0) == "10.0.0.5:3632,lzo"
@@ -45,7 +50,7 @@ def test_allow_takes_networks_and_refuses_anything_else() -> None:
 
 
 def test_the_server_runs_distccd_in_the_foreground_logging_each_compile() -> None:
-    argv = farm.serve_command(farm.Server("127.0.0.2", 4000), ["127.0.0.0/8"], jobs=3)
+    argv = farm.serve_command(FarmServer("127.0.0.2", 4000), ["127.0.0.0/8"], jobs=3)
     assert argv[:3] == ["distccd", "--daemon", "--no-detach"]
     assert ["--listen", "127.0.0.2"] == argv[argv.index("--listen") : argv.index("--listen") + 2]
     assert "--log-stderr" in argv and ["--allow", "127.0.0.0/8"] == argv[-2:]
@@ -64,7 +69,7 @@ server 10.0.0.8:3632 124
 
 
 def test_the_probe_keeps_servers_with_the_toolchain_and_says_why_others_are_left_out() -> None:
-    servers = [farm.Server(f"10.0.0.{n}") for n in (5, 6, 7, 8, 9)]
+    servers = [FarmServer(f"10.0.0.{n}") for n in (5, 6, 7, 8, 9)]
     probe = farm.read_probe(servers, PROBE, "debian-armv7")
     assert probe.digest.startswith("13aeb231")
     assert probe.usable == (servers[0],)
@@ -79,7 +84,7 @@ def test_the_probe_keeps_servers_with_the_toolchain_and_says_why_others_are_left
 
 
 def test_the_probe_names_the_compiler_by_the_toolchain_digest() -> None:
-    command = farm.probe_command([farm.Server("10.0.0.5")], "arm-linux-gnueabihf")
+    command = farm.probe_command([FarmServer("10.0.0.5")], "arm-linux-gnueabihf")
     assert "DISTCC_FALLBACK=0" in command  # a server that fails must not pass by compiling here
     assert 'dockerarch-$(echo "$digest" | cut -c1-16)-arm-linux-gnueabihf-gcc' in command
     assert farm.compiler_name("ab" * 32, "aarch64-linux-gnu", "g++") == (
@@ -125,7 +130,7 @@ def test_the_farm_section_of_registry_yaml(tmp_path: Path) -> None:
     path.write_text(
         "registry: {address: 127.0.0.1:5000}\nfarm:\n  servers: [10.0.0.5, 'b:4000/8']\n"
     )
-    assert parse_registry_config(path).farm == ("10.0.0.5:3632", "b:4000/8")
+    assert parse_registry_config(path).farm == (FarmServer("10.0.0.5"), FarmServer("b", 4000, 8))
     path.write_text("registry: {address: 127.0.0.1:5000}\nfarm: {servers: ['x y']}\n")
     with pytest.raises(ConfigError, match=r"farm\.servers"):
         parse_registry_config(path)
@@ -141,7 +146,7 @@ def test_a_farm_raises_the_recipes_jobs_unless_set() -> None:
 
     requests = plan("qpulib", arch="armv7", target=None, version=None, package=None, settings={})
     assert requests[0].options["MAX_JOBS"] == "2"
-    servers = [farm.Server("10.0.0.5"), farm.Server("10.0.0.6", 3632, 8)]
+    servers = [FarmServer("10.0.0.5"), FarmServer("10.0.0.6", 3632, 8)]
     raised, jobs = farm.with_farm_jobs(requests, servers, {}, local_cores=2)
     assert jobs == 2 + 4 + 8 and raised[0].options["MAX_JOBS"] == "14"
     assert raised[0].options["QPU"] == requests[0].options["QPU"]  # nothing else moves

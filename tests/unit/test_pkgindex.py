@@ -188,6 +188,17 @@ def test_board_lines_name_the_targets_index_and_what_a_lan_index_needs(tmp_path:
     assert "    trusted-host = lab.example.invalid" in lines
     local = pkgindex.board_lines([outcome], IndexConfig())
     assert any("loopback, which no board reaches" in line for line in local)
+    # uploads on loopback, boards reading the LAN address: the boards' lines decide from the
+    # index they read (index.simple), trusted-host included
+    split = IndexConfig(url="http://127.0.0.1:3141/dockerarch/{target}/",
+                        simple="http://lab.example.invalid:3141/dockerarch/{target}/+simple/")  # fmt: skip
+    lines = pkgindex.board_lines([outcome], split)
+    assert "    trusted-host = lab.example.invalid" in lines
+    assert not any("which no board reaches" in line for line in lines)
+    inverse = IndexConfig(url=lan.url, simple="http://127.0.0.1:3141/dockerarch/{target}/+simple/")
+    lines = pkgindex.board_lines([outcome], inverse)
+    assert not any("trusted-host" in line for line in lines)
+    assert any("which no board reaches" in line for line in lines)
 
 
 def test_the_archive_shows_what_the_board_installs_with_apt_first(tmp_path: Path) -> None:
