@@ -39,7 +39,7 @@ from dockerarch.artifacts import VerificationError
 from dockerarch.config import IndexConfig, url_host
 from dockerarch.errors import DockerarchError, OutputError, UsageError
 from dockerarch.files import sha256_file, write_atomic
-from dockerarch.publish import read_result
+from dockerarch.publish import read_result, require_checked
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
@@ -94,6 +94,8 @@ def find_wheels(requests_: list[RenderRequest], out: Path) -> list[Wheel]:
         target = request.target
         directory, manifest, rebuild = read_result(request, out)
         found = [a for a in manifest.get("artifacts", []) if a.get("kind") == "wheel"]
+        if found:
+            require_checked(directory, manifest, rebuild)
         if not found:
             kinds = sorted({str(a.get("kind")) for a in manifest.get("artifacts", [])})
             raise UsageError(

@@ -66,14 +66,7 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     for request in requests:
         target = request.target
         directory, data, rebuild = read_result(request, out)
-        image = data.get("image") or {}
-        tag, image_id = image.get("tag"), image.get("id")
-        if not tag or not image_id:
-            raise UsageError(
-                f"The build in {directory} made no runtime image (built with --no-smoke?)",
-                fix=f"Build it first: {rebuild}"
-                + " (without --no-smoke): its runtime image is what boards pull.",
-            )
+        tag, image_id = require_checked(directory, data, rebuild)
         local = engine.image_labels(tag)
         if local is None:
             raise UsageError(
@@ -119,6 +112,25 @@ def read_result(request: RenderRequest, out: Path) -> tuple[Path, dict[str, Any]
         raise UsageError(f"Cannot read {directory / 'manifest.json'}: {exc}",
                          fix=f"Build it again: {rebuild}.") from exc  # fmt: skip
     return directory, data, rebuild
+
+
+def require_checked(directory: Path, data: dict[str, Any], rebuild: str) -> tuple[str, str]:
+    """The runtime image (tag, id) a result records: the image its artifacts were installed
+    into on the target, where their shared libraries were checked and the board's apt packages
+    found (needs_apt). A result built with --no-smoke has none, and nothing of it is published:
+    not its image (push), not its wheels (upload, which would tell boards no apt package is
+    needed without having looked)."""
+    image = data.get("image") or {}
+    tag, image_id = image.get("tag"), image.get("id")
+    if not tag or not image_id:
+        raise UsageError(
+            f"The build in {directory} was never installed on its target (built with "
+            "--no-smoke): it has no runtime image, and which apt packages its libraries need on "
+            "a board is unknown",
+            fix=f"Build it first: {rebuild} (without --no-smoke); push and upload publish only "
+            "what was checked on the target.",
+        )
+    return str(tag), str(image_id)
 
 
 def check_platforms(requests: list[RenderRequest]) -> None:

@@ -214,3 +214,29 @@ def test_the_archive_shows_what_the_board_installs_with_apt_first(tmp_path: Path
     outcome = pkgindex.Outcome(wheel, "http://x.example.invalid/s/", "u", uploaded=True)
     lines = pkgindex.board_lines([outcome], IndexConfig())
     assert "  apt install libgomp1   # shared libraries the wheels need" in lines
+
+
+def test_a_result_never_installed_on_its_target_is_published_by_neither_verb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # build --no-smoke: no runtime image, so no library check and no needs_apt; upload must not
+    # tell boards that nothing is needed, as push does not publish an image that was never made
+    from dockerarch import publish
+    from dockerarch.errors import UsageError
+    from dockerarch.render import plan
+
+    wheel = built(tmp_path, "debian-armv7")
+    manifest = json.loads((wheel.result / "manifest.json").read_text())
+    manifest.update(image={"tag": None, "id": None}, needs_apt=[], smoke=None)
+    (wheel.result / "manifest.json").write_text(json.dumps(manifest))
+    requests = plan("wheel", arch="armv7", target=None, version=None, package="demo==1.0",
+                    settings={})  # fmt: skip
+    monkeypatch.setattr(publish.engine, "image_labels", lambda _tag: None)
+    for find in (pkgindex.find_wheels, publish.find_built):
+        with pytest.raises(UsageError) as err:
+            find(requests, tmp_path)
+        assert "built with --no-smoke" in err.value.problem
+        assert "dockerarch build wheel --package demo==1.0 --target debian-armv7" in err.value.fix
+    manifest["image"] = {"tag": "dockerarch/demo:1.0-debian-armv7", "id": "sha256:" + "1" * 64}
+    (wheel.result / "manifest.json").write_text(json.dumps(manifest))
+    assert [w.path for w in pkgindex.find_wheels(requests, tmp_path)] == [wheel.path]
