@@ -334,8 +334,16 @@ def parse_farm_section(value: Any, path: Path) -> tuple[FarmServer, ...]:
 
 def _index_url(value: Any, key: str, path: Path) -> str:
     text = str(value)
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urllib.parse.urlsplit(text)
+        hostname = parts.hostname
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [ in the host
+        raise ConfigError(
+            f"'index.{key}' in {path} is {text!r}, which is not a URL: {exc}",
+            fix="Write it like http://127.0.0.1:3141/dockerarch/{target}/ (an IPv6 address in "
+            "brackets: http://[::1]:3141/...).",
+        ) from exc
+    if parts.scheme not in ("http", "https") or not hostname:
         raise ConfigError(
             f"'index.{key}' in {path} is {text!r}, not an http:// or https:// URL",
             fix="Write it like http://127.0.0.1:3141/dockerarch/{target}/.",

@@ -49,6 +49,10 @@ def upload(
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
 
+    if archive_dir is not None:
+        from dockerarch.files import ensure_writable_dir
+
+        ensure_writable_dir(archive_dir, "--archive")  # before anything is read or gated
     locks: dict[str, Path] = {}
     if requirement:
         from dockerarch.wheelset import SetRequest, set_requests, sets_of
@@ -67,17 +71,12 @@ def upload(
         )  # fmt: skip
         wheels = pkgindex.find_wheels(requests, out)
     if archive_dir is not None:
-        for done in pkgindex.archive(wheels, archive_dir, say=_say):
+        from dockerarch import indexarchive
+
+        for done in indexarchive.archive(wheels, archive_dir, say=_say):
             typer.echo(str(done.path))
-        for name in sorted({w.target.name for w in wheels}):
-            simple = (archive_dir / name / "simple").resolve()
-            needs = sorted({p for w in wheels if w.target.name == name for p in w.needs_apt})
-            if needs:
-                typer.echo(f"on a {name} board: apt install {' '.join(needs)}", err=True)
-            what = f"--require-hashes -r {locks[name]}" if name in locks else "..."
-            typer.echo(f"on a {name} board: pip install --index-url file://{simple}/ "
-                       f"--only-binary :all: {what} (or serve the directory with any web server)",
-                       err=True)  # fmt: skip
+        for line in indexarchive.board_lines(wheels, archive_dir, locks):
+            typer.echo(line, err=True)
         return
     config = load_registry_config().index
     typer.echo(f"publishing {len(wheels)} wheel{'s' if len(wheels) != 1 else ''} to "

@@ -109,6 +109,8 @@ def test_unknown_key_in_registry_yaml_is_rejected_with_its_path(
          "Cannot write into --out /proc/dockerarch-test:"),
         (["export-rootfs", "--image", "x:1", "--target", "debian-armv7", "/proc/dockerarch-test"],
          "Cannot write into DEST's directory /proc:"),
+        (["upload", "wheel", "--package", "demo==1.0", "--arch", "armv7", "--out", "{tmp}",
+          "--archive", "{tmp}/file"], "--archive {tmp}/file is a file, not a directory"),
     ],
 )  # fmt: skip
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(

@@ -62,6 +62,10 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             "has a port no TCP port is",
         ),
         ("index:\n  url: http://h/{target}/\n", "'index.simple' is not"),
+        (
+            "index:\n  url: 'http://[::1/x/{target}/'\n  simple: 'http://[::1/x/{target}/+simple/'\n",
+            "which is not a URL: Invalid IPv6 URL",
+        ),
         ("index:\n  ca: ca.pem\n", "plain-HTTP index"),
     ],
 )

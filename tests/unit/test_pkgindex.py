@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch import arm_probe, pkgindex
+from dockerarch import arm_probe, indexarchive, indexcreds, pkgindex, simple_api
 from dockerarch.artifacts import VerificationError
 from dockerarch.config import IndexConfig
-from dockerarch.errors import OutputError
+from dockerarch.errors import OutputError, UsageError
 from dockerarch.targets import load_targets
 
 TARGETS = load_targets()
@@ -83,7 +83,7 @@ def test_credentials_come_from_twines_places_in_twines_order(
     )
     home = tmp_path / "home"
     home.mkdir()
-    found = pkgindex.credentials(url, state_dir=state, home=home)
+    found = indexcreds.credentials(url, state_dir=state, home=home)
     assert (found.username, found.password) == ("local", "from-state")
     assert "setup-host" in found.source and "from-state" not in repr(found)
     # The longest matching repository of ~/.pypirc wins over a shorter one.
@@ -94,7 +94,7 @@ def test_credentials_come_from_twines_places_in_twines_order(
         "password = p-long\n"
         "[other]\nrepository = https://elsewhere.example.invalid/\nusername = o\npassword = p-o\n"
     )
-    found = pkgindex.credentials(url, state_dir=state, home=home)
+    found = indexcreds.credentials(url, state_dir=state, home=home)
     assert (found.username, found.password, found.source) == (
         "l",
         "p-long",
@@ -102,20 +102,43 @@ def test_credentials_come_from_twines_places_in_twines_order(
     )
     monkeypatch.setenv("TWINE_USERNAME", "ci")
     monkeypatch.setenv("TWINE_PASSWORD", "from-env")
-    found = pkgindex.credentials(url, state_dir=state, home=home)
+    found = indexcreds.credentials(url, state_dir=state, home=home)
     assert (found.username, found.password) == ("ci", "from-env")
 
 
+def test_setup_host_s_credentials_serve_its_index_on_a_lan_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # setup-host --index-addr 0.0.0.0:3141 writes them for the loopback URL; registry.yaml then
+    # names this machine's LAN address, as the printed advice says
+    state = tmp_path / "state"
+    (state / "index").mkdir(parents=True)
+    (state / "index" / "pypirc").write_text(
+        "[dockerarch-local]\nrepository = http://127.0.0.1:3141/\nusername = dockerarch\n"
+        "password = from-state\n"
+    )
+    monkeypatch.setattr(indexcreds, "this_machine", lambda host: host in ("192.0.2.10", "buildbox"))
+    for url in ("http://192.0.2.10:3141/dockerarch/rpi3/", "http://buildbox:3141/dockerarch/x/"):
+        found = indexcreds.credentials(url, state_dir=state, home=tmp_path)
+        assert (found.username, found.password) == ("dockerarch", "from-state"), url
+    # another machine, or this one on another port: not setup-host's index
+    for url in (
+        "http://192.0.2.99:3141/dockerarch/rpi3/",
+        "http://192.0.2.10:8080/dockerarch/rpi3/",
+    ):
+        assert indexcreds.credentials(url, state_dir=state, home=tmp_path).password is None
+
+
 def test_no_credentials_anywhere_is_said(tmp_path: Path) -> None:
-    found = pkgindex.credentials("http://127.0.0.1:3141/dockerarch/x/", state_dir=tmp_path,
+    found = indexcreds.credentials("http://127.0.0.1:3141/dockerarch/x/", state_dir=tmp_path,
                                  home=tmp_path)  # fmt: skip
     assert found.password is None and found.source == "none found"
 
 
 def test_a_malformed_pypirc_is_named_without_its_contents(tmp_path: Path) -> None:
     (tmp_path / ".pypirc").write_text("password = hunter2-secret\n[broken\n")
-    with pytest.raises(Exception, match=r"\.pypirc is not a valid") as caught:
-        pkgindex.credentials("https://x.example.invalid/a/", state_dir=tmp_path, home=tmp_path)
+    with pytest.raises(UsageError, match=r"\.pypirc is not a valid") as caught:
+        indexcreds.credentials("https://x.example.invalid/a/", state_dir=tmp_path, home=tmp_path)
     assert "hunter2" not in str(caught.value)
 
 
@@ -124,24 +147,26 @@ def test_project_pages_are_read_in_both_forms() -> None:
     page = (b'<html><body><a href="../../+f/1ab/demo-1.0-cp311-cp311-linux_armv7l.whl#sha256='
             + digest.encode() + b'">demo-1.0-cp311-cp311-linux_armv7l.whl</a></body></html>')  # fmt: skip
     base = "http://127.0.0.1:3141/dockerarch/rpi3/+simple/demo/"
-    files = pkgindex.parse_project_page(page, "text/html; charset=utf-8", base)
-    assert files == {"demo-1.0-cp311-cp311-linux_armv7l.whl": {
-        "url": "http://127.0.0.1:3141/dockerarch/rpi3/+f/1ab/demo-1.0-cp311-cp311-linux_armv7l.whl",
-        "sha256": digest}}  # fmt: skip
+    (html_file,) = simple_api.parse_project_page(page, "text/html; charset=utf-8", base)
+    assert (html_file.filename, html_file.sha256) == (
+        "demo-1.0-cp311-cp311-linux_armv7l.whl",
+        digest,
+    )
+    assert (
+        html_file.url
+        == "http://127.0.0.1:3141/dockerarch/rpi3/+f/1ab/demo-1.0-cp311-cp311-linux_armv7l.whl"
+    )
     body = json.dumps({"files": [{"filename": "demo-1.0.whl", "url": "../f/demo-1.0.whl",
                                   "hashes": {"sha256": digest}}]}).encode()  # fmt: skip
-    files = pkgindex.parse_project_page(body, pkgindex.SIMPLE_JSON, base)
-    assert files["demo-1.0.whl"]["sha256"] == digest
-    assert (
-        files["demo-1.0.whl"]["url"]
-        == "http://127.0.0.1:3141/dockerarch/rpi3/+simple/f/demo-1.0.whl"
-    )
+    (json_file,) = simple_api.parse_project_page(body, simple_api.SIMPLE_JSON, base)
+    assert json_file.sha256 == digest
+    assert json_file.url == "http://127.0.0.1:3141/dockerarch/rpi3/+simple/f/demo-1.0.whl"
 
 
 def test_the_archive_is_a_static_index_per_target(tmp_path: Path) -> None:
     wheels = [built(tmp_path / "dist", "debian-armv7"), built(tmp_path / "dist", "debian-aarch64")]
     out = tmp_path / "archive"
-    done = pkgindex.archive(wheels, out, say=lambda _: None)
+    done = indexarchive.archive(wheels, out, say=lambda _: None)
     assert [d.added for d in done] == [True, True]
     for wheel in wheels:
         project = out / wheel.target.name / "simple" / "demo"
@@ -160,17 +185,20 @@ def test_the_archive_is_a_static_index_per_target(tmp_path: Path) -> None:
     # The aarch64 index does not offer the armv7 wheel.
     assert not list((out / "debian-aarch64").rglob("*armv7l.whl"))
     # The same files again: nothing changes.
-    assert [d.added for d in pkgindex.archive(wheels, out, say=lambda _: None)] == [False, False]
+    assert [d.added for d in indexarchive.archive(wheels, out, say=lambda _: None)] == [
+        False,
+        False,
+    ]
 
 
 def test_the_archive_never_changes_a_published_file(tmp_path: Path) -> None:
     wheel = built(tmp_path / "a", "debian-armv7")
     out = tmp_path / "archive"
-    pkgindex.archive([wheel], out, say=lambda _: None)
+    indexarchive.archive([wheel], out, say=lambda _: None)
     other = built(tmp_path / "b", "debian-armv7", extra="# another build\n")
     assert other.path.name == wheel.path.name and other.sha256 != wheel.sha256
     with pytest.raises(OutputError, match="holds another file under this name"):
-        pkgindex.archive([other], out, say=lambda _: None)
+        indexarchive.archive([other], out, say=lambda _: None)
     kept = out / "debian-armv7" / "simple" / "demo" / wheel.path.name
     assert kept.read_bytes() == wheel.path.read_bytes()
 
@@ -206,7 +234,7 @@ def test_the_archive_shows_what_the_board_installs_with_apt_first(tmp_path: Path
     wheel = pkgindex.Wheel(target=wheel.target, path=wheel.path, sha256=wheel.sha256,
                            result=wheel.result, needs_apt=("libgomp1",))  # fmt: skip
     out = tmp_path / "archive"
-    pkgindex.archive([wheel], out, say=lambda _: None)
+    indexarchive.archive([wheel], out, say=lambda _: None)
     project = out / "debian-armv7" / "simple" / "demo"
     assert "(on the board first: apt install libgomp1)" in (project / "index.html").read_text()
     (entry,) = json.loads((project / "index.json").read_text())["files"]
@@ -222,7 +250,6 @@ def test_a_result_never_installed_on_its_target_is_published_by_neither_verb(
     # build --no-smoke: no runtime image, so no library check and no needs_apt; upload must not
     # tell boards that nothing is needed, as push does not publish an image that was never made
     from dockerarch import publish
-    from dockerarch.errors import UsageError
     from dockerarch.render import plan
 
     wheel = built(tmp_path, "debian-armv7")
