@@ -112,6 +112,7 @@ class IndexConfig:
     url: str = _INDEX_URL
     simple: str = _INDEX_URL + "+simple/"
     ca: Path | None = None  # a CA bundle that signed the index's TLS certificate
+    insecure: bool = False  # credentials may go over plain HTTP to an index not on loopback
 
     def upload_url(self, target: str) -> str:
         return self.url.replace("{target}", target)
@@ -129,6 +130,11 @@ class IndexConfig:
     def loopback(self) -> bool:
         """Whether uploads go to this machine only."""
         return is_loopback(url_host(self.url))
+
+    @property
+    def exposes_credentials(self) -> bool:
+        """Whether credentials sent to ``url`` would cross a network in clear text."""
+        return self.url.startswith("http://") and not self.loopback
 
     @property
     def simple_loopback(self) -> bool:
@@ -375,7 +381,7 @@ def _index_url(value: Any, key: str, path: Path) -> str:
 
 def parse_index_section(value: Any, path: Path) -> IndexConfig:
     section = require_mapping(value, "index", path)
-    reject_unknown(section, ["url", "simple", "ca"], "index", path)
+    reject_unknown(section, ["url", "simple", "ca", "insecure"], "index", path)
     if "url" in section and "simple" not in section:
         raise ConfigError(
             f"'index.url' in {path} is set but 'index.simple' is not: where pip reads an index "
@@ -399,4 +405,12 @@ def parse_index_section(value: Any, path: Path) -> IndexConfig:
                 f"'index.ca' in {path} names {ca_path}, which is not a file",
                 fix="Point it at the PEM file of the CA that signed the index's certificate.",
             )
-    return IndexConfig(url=url, simple=simple, ca=ca_path)
+    insecure = section.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise ConfigError(f"'index.insecure' in {path} must be true or false")
+    if insecure and url.startswith("https://"):
+        raise ConfigError(
+            f"'index.insecure: true' in {path} is set for an https:// index ({url})",
+            fix="Drop it: it only allows credentials over plain HTTP.",
+        )
+    return IndexConfig(url=url, simple=simple, ca=ca_path, insecure=insecure)

@@ -183,6 +183,14 @@ def upload(wheels: list[Wheel], config: IndexConfig, *, state_dir: Path,
         index = indexes.get(wheel.target.name)
         if index is None:
             creds = credentials(config.upload_url(wheel.target.name), state_dir=state_dir)
+            if creds.password and config.exposes_credentials and not config.insecure:
+                raise PackageIndexError(
+                    f"The index at {config.server} is plain HTTP on another machine: the "
+                    f"credentials ({creds.source}) would cross the network in clear text, and "
+                    "nothing was uploaded",
+                    fix="Serve the index over https:// (with index.ca for your own CA), or, on a "
+                    "network you trust, say so in registry.yaml: index: {insecure: true}.",
+                )
             index = indexes[wheel.target.name] = Index(config, wheel.target.name, creds)
         there = index.published(wheel.project).get(wheel.path.name)
         digest = index.sha256_of(there) if there else None

@@ -67,6 +67,11 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             "which is not a URL: Invalid IPv6 URL",
         ),
         ("index:\n  ca: ca.pem\n", "plain-HTTP index"),
+        ("index:\n  insecure: sure\n", "'index.insecure' in"),
+        (
+            "index:\n  url: https://h/{target}/\n  simple: https://h/{target}/simple/\n  insecure: true\n",
+            "is set for an https:// index",
+        ),
     ],
 )
 def test_bad_files_are_rejected(tmp_path: Path, text: str, message: str) -> None:

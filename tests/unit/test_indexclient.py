@@ -143,3 +143,20 @@ def test_a_stalled_index_fails_and_what_landed_before_is_recorded(
     assert "Read timed out" in err.value.problem and second.path.name in err.value.problem
     published = json.loads((first.result / "manifest.json").read_text())["published"]
     assert [p["file"] for p in published] == [first.path.name]
+
+
+def test_credentials_never_cross_a_network_in_clear_text_unless_said(
+    tmp_path: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TWINE_USERNAME", "ci")
+    monkeypatch.setenv("TWINE_PASSWORD", "s3cret-value")
+    lan = "http://192.0.2.10:3141/dockerarch/{target}/"
+    wheel = built(tmp_path, "debian-armv7")
+    with pytest.raises(indexclient.PackageIndexError) as err:
+        pkgindex.upload([wheel], IndexConfig(url=lan, simple=lan + "+simple/"),
+                        state_dir=tmp_path, say=lambda _l: None)  # fmt: skip
+    assert "clear text" in err.value.problem and "insecure: true" in err.value.fix
+    assert "s3cret" not in err.value.render() and not index.posts
+    said = IndexConfig(url=lan, simple=lan + "+simple/", insecure=True)
+    (outcome,) = pkgindex.upload([wheel], said, state_dir=tmp_path, say=lambda _l: None)
+    assert outcome.uploaded and len(index.posts) == 1
