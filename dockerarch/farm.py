@@ -133,8 +133,14 @@ def serve_command(server: FarmServer, allow: Sequence[str], jobs: int) -> list[s
     return argv
 
 
-def check_allow(items: Iterable[str]) -> tuple[str, ...]:
-    """--allow networks as distccd takes them (ADDRESS or ADDRESS/BITS)."""
+WIDEST_IPV4, WIDEST_IPV6 = 8, 48  # a 10.0.0.0/8 company network; an IPv6 site
+
+
+def check_allow(items: Iterable[str], *, wide: bool = False) -> tuple[str, ...]:
+    """--allow networks as distccd takes them (ADDRESS or ADDRESS/BITS). distccd has no
+    authentication and runs the compilers it whitelists for anyone it allows: a network wider
+    than an IPv4 /8 or an IPv6 /48 (0.0.0.0/0, ::/0, 1.2.3.4/0) is refused unless ``wide``
+    (--unsafe-allow-wide-network) says it is meant."""
     found = []
     for item in items:
         for part in item.split(","):
@@ -142,13 +148,22 @@ def check_allow(items: Iterable[str]) -> tuple[str, ...]:
             if not part:
                 continue
             try:
-                ipaddress.ip_network(part, strict=False)
+                network = ipaddress.ip_network(part, strict=False)
             except ValueError:
                 raise UsageError(
                     f"--allow {part} is not an address or network",
                     fix="Name the clients' network, like 10.0.0.0/24 or 127.0.0.1 (distccd "
                     "serves nobody else; there is no password).",
                 ) from None
+            widest = WIDEST_IPV4 if network.version == 4 else WIDEST_IPV6
+            if network.prefixlen < widest and not wide:
+                raise UsageError(
+                    f"--allow {part} lets {network.num_addresses:,} addresses run compilers on "
+                    f"this machine (it is {network}): distccd has no password, so anyone who "
+                    "reaches it may",
+                    fix=f"Name your build machines' network (at most a /{widest}, like "
+                    "10.0.0.0/24); if you really mean it, add --unsafe-allow-wide-network.",
+                )
             found.append(part)
     if not found:
         raise UsageError(
@@ -311,16 +326,25 @@ class Running:
     image: str
     running: bool
     digests: dict[str, str]  # target: toolchain digest
+    allow: tuple[str, ...] = ()  # the networks it serves (--allow)
 
 
-def _labels(server: FarmServer, digests: dict[str, str]) -> dict[str, str]:
+def _labels(server: FarmServer, digests: dict[str, str], allow: Sequence[str]) -> dict[str, str]:
     return {LABEL: "1", f"{LABEL}.listen": server.address,
-            f"{LABEL}.toolchains": ",".join(f"{t}={d}" for t, d in sorted(digests.items()))}  # fmt: skip
+            f"{LABEL}.toolchains": ",".join(f"{t}={d}" for t, d in sorted(digests.items())),
+            f"{LABEL}.allow": ",".join(allow)}  # fmt: skip
 
 
 def _toolchain_base(targets: Sequence[BoardTarget]) -> BoardTarget:
     from dockerarch.targets import load_targets
 
+    native = [t.name for t in targets if t.arch.name == "amd64"]
+    if native:
+        raise UsageError(
+            f"{', '.join(native)} {'is' if len(native) == 1 else 'are'} x86-64 like the farm: "
+            "there is no cross compiler to serve (its builds compile natively, with no farm)",
+            fix="Serve the ARM targets: --arch armv7,aarch64 (the default), or --target NAME.",
+        )
     known = load_targets()
     bases = {accel.toolchain_base(t, known) for t in targets}
     if len(bases) != 1:
@@ -384,6 +408,7 @@ def serve(targets: Sequence[BoardTarget], server: FarmServer, *, allow: Sequence
     from dockerarch import engine
     from dockerarch.errors import EngineError
 
+    _toolchain_base(targets)  # what cannot be served is said before the engine is asked
     mine = {r.server.address: r for r in running()}
     if answers(server, timeout=1.0) and server.address not in mine:
         raise UsageError(
@@ -392,7 +417,9 @@ def serve(targets: Sequence[BoardTarget], server: FarmServer, *, allow: Sequence
         )
     tag, digests = build_server_image(targets, work, say)
     name = container_name(server)
-    engine.start_service(tag, name, serve_command(server, allow, jobs), _labels(server, digests))
+    engine.start_service(
+        tag, name, serve_command(server, allow, jobs), _labels(server, digests, allow)
+    )
     deadline = time.monotonic() + 20
     while not answers(server, timeout=1.0):
         if time.monotonic() > deadline:
@@ -404,7 +431,9 @@ def serve(targets: Sequence[BoardTarget], server: FarmServer, *, allow: Sequence
                 fix="Check the address is one of this machine's (ip -brief address).",
             )
         time.sleep(0.3)
-    return Running(server=server, container=name, image=tag, running=True, digests=digests)
+    return Running(
+        server=server, container=name, image=tag, running=True, digests=digests, allow=tuple(allow)
+    )
 
 
 def running() -> list[Running]:
@@ -420,8 +449,9 @@ def running() -> list[Running]:
             continue
         digests = dict(p.split("=", 1) for p in
                        service.labels.get(f"{LABEL}.toolchains", "").split(",") if "=" in p)  # fmt: skip
+        allow = tuple(a for a in service.labels.get(f"{LABEL}.allow", "").split(",") if a)
         found.append(Running(server=server, container=service.name, image=service.image,
-                             running=service.running, digests=digests))  # fmt: skip
+                             running=service.running, digests=digests, allow=allow))  # fmt: skip
     return sorted(found, key=lambda r: r.server)
 
 

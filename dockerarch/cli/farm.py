@@ -41,6 +41,14 @@ def serve(
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Compiles at once (default: its CPUs)."),
     ] = None,
+    unsafe_wide: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-allow-wide-network",
+            help="Let --allow name a network wider than an IPv4 /8 or IPv6 /48: distccd has no "
+            "password, so everyone there may run compilers on this machine.",
+        ),
+    ] = False,
 ) -> None:
     """Start a farm server for the targets' cross compilers on this machine (replacing one at
     the same address)."""
@@ -52,7 +60,7 @@ def serve(
         arch = "armv7,aarch64"
     targets = select_targets(load_targets(), arch=arch, target=target)
     server = parse_farm_server(listen)
-    networks = farm.check_allow(allow)
+    networks = farm.check_allow(allow, wide=unsafe_wide)
     with tempfile.TemporaryDirectory(prefix="dockerarch-farm-") as work:
         started = farm.serve(targets, server, allow=networks, jobs=jobs or os.cpu_count() or 2,
                              work=Path(work), say=lambda line: typer.echo(f"  {line}", err=True))  # fmt: skip
@@ -78,12 +86,15 @@ def list_servers(
     from dockerarch.cli.output import columns
     from dockerarch.config import load_registry_config, parse_farm_servers
 
-    rows = [("SERVER", "WHERE", "TOOLCHAINS", "STATUS")]
+    rows = [("SERVER", "WHERE", "ACCEPTS", "TOOLCHAINS", "STATUS")]
     here = farm.running()
     for r in here:
         status = "answers" if r.running and farm.answers(r.server) else "DOWN"
         toolchains = ", ".join(f"{t} sha256:{d[:16]}" for t, d in sorted(r.digests.items()))
-        rows.append((r.server.address, f"this machine ({r.container})", toolchains, status))
+        accepts = ", ".join(r.allow) or "unknown (started by an older dockerarch)"
+        rows.append(
+            (r.server.address, f"this machine ({r.container})", accepts, toolchains, status)
+        )
     mine = {r.server.address for r in here}
     named = parse_farm_servers(servers or [])
     for server, where in [*((s, "named") for s in named),
@@ -92,7 +103,7 @@ def list_servers(
             continue
         mine.add(server.address)
         status = "answers" if farm.answers(server) else "DOWN"
-        rows.append((server.address, where, "checked by each build", status))
+        rows.append((server.address, where, "its own --allow", "checked by each build", status))
     if len(rows) == 1:
         typer.echo("no farm servers: start one with dockerarch farm serve --listen ADDRESS "
                    "--allow NETWORK", err=True)  # fmt: skip

@@ -135,7 +135,7 @@ def test_farm_ls_shows_each_server_its_toolchains_and_that_it_answers(servers: l
     assert done.returncode == 0, done.stderr
     for address in servers:
         (row,) = [line for line in done.stdout.splitlines() if line.startswith(address + " ")]
-        assert "answers" in row
+        assert "answers" in row and "127.0.0.0/8" in row  # what it accepts, from its --allow
         for target in ARCHES:
             assert re.search(rf"{target} sha256:[0-9a-f]{{16}}", row), row
 

@@ -49,6 +49,17 @@ def test_allow_takes_networks_and_refuses_anything_else() -> None:
         farm.check_allow([])
 
 
+@pytest.mark.parametrize("wide", ["0.0.0.0/0", "::/0", "1.2.3.4/0", "10.0.0.0/7", "2001:db8::/32"])
+def test_allow_refuses_networks_wider_than_a_user_means_unless_said(wide: str) -> None:
+    # distccd has no authentication: everyone --allow lets in runs compilers on the host
+    with pytest.raises(UsageError) as err:
+        farm.check_allow(["10.0.0.0/24", wide])
+    assert f"--allow {wide} lets" in err.value.problem and "no password" in err.value.problem
+    assert "--unsafe-allow-wide-network" in err.value.fix
+    assert farm.check_allow([wide], wide=True) == (wide,)
+    assert farm.check_allow(["10.0.0.0/8", "2001:db8:1::/48"]) == ("10.0.0.0/8", "2001:db8:1::/48")
+
+
 def test_the_server_runs_distccd_in_the_foreground_logging_each_compile() -> None:
     argv = farm.serve_command(FarmServer("127.0.0.2", 4000), ["127.0.0.0/8"], jobs=3)
     assert argv[:3] == ["distccd", "--daemon", "--no-detach"]
@@ -152,3 +163,13 @@ def test_a_farm_raises_the_recipes_jobs_unless_set() -> None:
     assert raised[0].options["QPU"] == requests[0].options["QPU"]  # nothing else moves
     kept, jobs = farm.with_farm_jobs(requests, servers, {"MAX_JOBS": "3"}, local_cores=2)
     assert jobs is None and kept == requests
+
+
+def test_an_x86_64_target_is_refused_before_the_engine_is_asked(tmp_path: Path) -> None:
+    # there is no cross compiler for amd64: found before any image or package name is tried
+    targets = load_targets()
+    with pytest.raises(UsageError) as err:
+        farm.serve([targets["debian-armv7"], targets["debian-amd64"]], FarmServer("127.0.0.2"),
+                   allow=["127.0.0.0/8"], jobs=1, work=tmp_path, say=lambda _l: None)  # fmt: skip
+    assert "debian-amd64 is x86-64 like the farm" in err.value.problem
+    assert "--arch armv7,aarch64" in err.value.fix
