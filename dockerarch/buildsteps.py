@@ -64,6 +64,7 @@ class BuildOptions:
     registry_cache_loopback: bool = True  # the registry is on this machine only
     uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
     farm: tuple[FarmServer, ...] = ()  # compile farm servers (hybrid builds)
+    jobs_chosen: bool = False  # --set MAX_JOBS=N: a farm does not raise it
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -214,10 +215,23 @@ def use_farm(job: JobState) -> None:
                 "machine only")  # fmt: skip
         return
     hosts = job.work / "farm-hosts"
-    hosts.write_text(farm_module.hosts_line(probe.usable, local_slots=os.cpu_count() or 2) + "\n")
+    cores = os.cpu_count() or 2
+    hosts.write_text(farm_module.hosts_line(probe.usable, local_slots=cores) + "\n")
     job.farm_secret = f"id=dockerarch-farm,src={hosts}"
     job.say(f"farm: {', '.join(s.address for s in probe.usable)} and this machine take the "
             f"compiles (toolchain sha256:{probe.digest[:16]})")  # fmt: skip
+    # Only now, with the farm in use, are more compiles run at once: the Dockerfile is rendered
+    # again with MAX_JOBS for this machine's cores and the usable servers' slots. MAX_JOBS is in
+    # the layer cache's key (the build drivers read it), so a farm build does not reuse a local
+    # build's compile step; its compiles are ccache hits all the same (ccache's key has no -j).
+    raised = farm_module.with_farm_jobs(job.request, probe.usable, cores,
+                                        fixed=job.options.jobs_chosen)  # fmt: skip
+    if raised is not job.request:
+        job.request = raised
+        job.built_options = write_dockerfile(raised, job.context)
+        job.say(f"farm: {farm_module.JOBS_OPTION}={raised.options[farm_module.JOBS_OPTION]} "
+                f"(this machine's cores and the usable servers' slots; --set "
+                f"{farm_module.JOBS_OPTION}=N to choose)")  # fmt: skip
 
 
 def _compile_secrets(job: JobState) -> tuple[str, ...]:
@@ -517,6 +531,11 @@ def write_context(request: RenderRequest, context: Path) -> dict[str, str]:
         shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
     if request.toolchain is not None:
         accel.prepare_context(context)
+    return write_dockerfile(request, context)
+
+
+def write_dockerfile(request: RenderRequest, context: Path) -> dict[str, str]:
+    """The request's Dockerfile rendered into ``context``; the options it builds with."""
     rendered = render_dockerfile(request, paths.template_dirs())
     (context / "Dockerfile").write_text(rendered.text)
     return rendered.options

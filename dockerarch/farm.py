@@ -24,7 +24,7 @@ import ipaddress
 import re
 import shlex
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,25 +59,37 @@ def farm_jobs(servers: Sequence[FarmServer], local_cores: int) -> int:
     return local_cores + sum(s.slots or DEFAULT_SLOTS for s in servers)
 
 
-def with_farm_jobs(
-    requests: list[RenderRequest],
-    servers: Sequence[FarmServer],
-    chosen: Mapping[str, str],
-    local_cores: int,
-) -> tuple[list[RenderRequest], int | None]:
-    """With a farm, a recipe compiles as many files at once as there are places (its MAX_JOBS,
-    unless --set gives it): two at a time would leave the servers idle. The requests, and the
-    jobs set (None: none changed)."""
-    if JOBS_OPTION in chosen:
-        return requests, None
-    jobs = farm_jobs(servers, local_cores)
-    changed = [
-        dataclasses.replace(r, options={**r.options, JOBS_OPTION: str(jobs)})
-        if JOBS_OPTION in r.recipe.options
-        else r
-        for r in requests
-    ]
-    return changed, (jobs if changed != requests else None)
+def check_farm_jobs(requests: Sequence[RenderRequest], servers: Sequence[FarmServer],
+                    local_cores: int) -> None:  # fmt: skip
+    """Before anything is built: the most compiles at once the farm could ask for (every
+    server usable) must be a value each recipe's MAX_JOBS takes (a /SLOTS of 999 would render
+    make -j 2000)."""
+    jobs = str(farm_jobs(servers, local_cores))
+    for request in requests:
+        option = request.recipe.options.get(JOBS_OPTION)
+        if option is None:
+            continue
+        try:
+            option.check(jobs, request.recipe.name)
+        except UsageError as exc:
+            raise UsageError(
+                f"The farm's slots would set {JOBS_OPTION}={jobs} (this machine's {local_cores} "
+                f"cores and every server's /SLOTS, {DEFAULT_SLOTS} where none is given), which "
+                f"recipe '{request.recipe.name}' does not take: {exc.problem}",
+                fix=f"Give the servers fewer slots (HOST/SLOTS), or choose: --set {JOBS_OPTION}=N.",
+            ) from None
+
+
+def with_farm_jobs(request: RenderRequest, servers: Sequence[FarmServer], local_cores: int,
+                   *, fixed: bool) -> RenderRequest:  # fmt: skip
+    """With a farm in use, a recipe compiles as many files at once as there are places (its
+    MAX_JOBS, unless --set gave it, ``fixed``): two at a time would leave the servers idle. Called
+    once the probe has said which servers take this build's compiles; a build the farm does not
+    serve keeps its MAX_JOBS."""
+    if fixed or JOBS_OPTION not in request.recipe.options or not servers:
+        return request
+    jobs = str(farm_jobs(servers, local_cores))
+    return dataclasses.replace(request, options={**request.options, JOBS_OPTION: jobs})
 
 
 def compiler_name(digest: str, triplet: str, tool: str) -> str:

@@ -253,20 +253,18 @@ def build(
     from dockerarch.config import parse_farm_servers
 
     servers = () if no_farm else (parse_farm_servers(farm) if farm else registry.farm)
-    if servers:
+    if servers and "MAX_JOBS" not in chosen:
         import os
 
-        from dockerarch.farm import JOBS_OPTION, with_farm_jobs
+        from dockerarch.farm import check_farm_jobs
 
-        requests, jobs = with_farm_jobs(requests, servers, chosen, os.cpu_count() or 2)
-        if jobs:
-            typer.echo(f"farm: {JOBS_OPTION}={jobs} (this machine's cores and the servers' "
-                       f"slots; --set {JOBS_OPTION}=N to choose)", err=True)  # fmt: skip
+        check_farm_jobs(requests, servers, os.cpu_count() or 2)
     options = build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback, uses=parse_use(use or []), farm=servers,
+        jobs_chosen="MAX_JOBS" in chosen,
     )  # fmt: skip
     from dockerarch.progress import Board
 

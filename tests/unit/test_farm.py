@@ -155,14 +155,25 @@ def test_the_farm_section_of_registry_yaml(tmp_path: Path) -> None:
 def test_a_farm_raises_the_recipes_jobs_unless_set() -> None:
     from dockerarch.render import plan
 
-    requests = plan("qpulib", arch="armv7", target=None, version=None, package=None, settings={})
-    assert requests[0].options["MAX_JOBS"] == "2"
+    (request,) = plan("qpulib", arch="armv7", target=None, version=None, package=None, settings={})
+    assert request.options["MAX_JOBS"] == "2"
     servers = [FarmServer("10.0.0.5"), FarmServer("10.0.0.6", 3632, 8)]
-    raised, jobs = farm.with_farm_jobs(requests, servers, {}, local_cores=2)
-    assert jobs == 2 + 4 + 8 and raised[0].options["MAX_JOBS"] == "14"
-    assert raised[0].options["QPU"] == requests[0].options["QPU"]  # nothing else moves
-    kept, jobs = farm.with_farm_jobs(requests, servers, {"MAX_JOBS": "3"}, local_cores=2)
-    assert jobs is None and kept == requests
+    raised = farm.with_farm_jobs(request, servers, 2, fixed=False)
+    assert raised.options["MAX_JOBS"] == str(2 + 4 + 8)
+    assert raised.options["QPU"] == request.options["QPU"]  # nothing else moves
+    assert farm.with_farm_jobs(request, servers, 2, fixed=True) is request  # --set MAX_JOBS=N
+    assert farm.with_farm_jobs(request, [], 2, fixed=False) is request  # every server refused
+
+
+def test_slots_cannot_take_jobs_past_what_the_recipe_allows() -> None:
+    from dockerarch.render import plan
+
+    requests = plan("qpulib", arch="armv7", target=None, version=None, package=None, settings={})
+    farm.check_farm_jobs(requests, [FarmServer("a", 3632, 999)], 0)  # 999: what MAX_JOBS takes
+    with pytest.raises(UsageError) as err:
+        farm.check_farm_jobs(requests, parse_farm_servers(["a/999,b/999"]), 2)
+    assert "would set MAX_JOBS=2000" in err.value.problem and "qpulib" in err.value.problem
+    assert "--set MAX_JOBS=N" in err.value.fix
 
 
 def test_an_x86_64_target_is_refused_before_the_engine_is_asked(tmp_path: Path) -> None:
