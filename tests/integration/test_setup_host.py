@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .conftest import REPO, dockerarch
@@ -56,16 +60,19 @@ def test_unknown_option() -> None:
     assert "unknown option '--bogus'" in done.stderr
 
 
-def test_registry_and_index_addresses_for_boards(tmp_path: Path) -> None:
+def test_registry_and_index_addresses_for_boards() -> None:
     """--registry-addr and --index-addr 0.0.0.0:PORT run the registry and the package index
     where boards reach them (every address of this machine); their own state directory keeps
-    them apart from the main ones."""
+    them apart from the main ones. The index runs as its own system user."""
     import socket
 
     from .registries import free_port
 
     port, index_port = free_port(), free_port()
-    env = {**os.environ, "DOCKERARCH_STATE_DIR": str(tmp_path)}
+    # pytest's own directory is closed to other users; the index runs as its own user
+    state = Path(tempfile.mkdtemp(prefix="dockerarch-state-", dir="/var/tmp"))
+    state.chmod(0o755)
+    env = {**os.environ, "DOCKERARCH_STATE_DIR": str(state)}
     run = [SETUP, "--registry-addr", f"0.0.0.0:{port}", "--index-addr", f"0.0.0.0:{index_port}"]
     done = subprocess.run(run, capture_output=True, text=True, timeout=900, env=env)
     try:
@@ -81,13 +88,25 @@ def test_registry_and_index_addresses_for_boards(tmp_path: Path) -> None:
             with socket.create_connection(("127.0.0.1", p), timeout=5):
                 pass
         # The index's credentials are readable by root only.
-        assert (tmp_path / "index" / "pypirc").stat().st_mode & 0o077 == 0
+        assert (state / "index" / "pypirc").stat().st_mode & 0o077 == 0
         assert (
             f"repository = http://127.0.0.1:{index_port}/"
-            in (tmp_path / "index" / "pypirc").read_text()
+            in (state / "index" / "pypirc").read_text()
+        )
+        # devpi-server runs as its own system user, who owns its state and cannot read them
+        pid = int((state / "index.pid").read_text())
+        assert Path(f"/proc/{pid}").stat().st_uid == pwd.getpwnam("dockerarch-index").pw_uid
+        assert (state / "index" / "server").stat().st_uid == Path(f"/proc/{pid}").stat().st_uid
+        for secret in ("pypirc", "root-password", "dockerarch-password"):
+            assert (state / "index" / secret).stat().st_uid == 0
+        installed = (state / "index" / "venv" / ".dockerarch-requirements").read_text().strip()
+        assert (
+            installed
+            == hashlib.sha256((REPO / "scripts/index-requirements.txt").read_bytes()).hexdigest()
         )
     finally:
         stopped = subprocess.run([SETUP, "--stop"], capture_output=True, text=True, env=env)
+        shutil.rmtree(state, ignore_errors=True)
     assert "stopped index (pid" in stopped.stdout
     assert "stopped registry (pid" in stopped.stdout
     assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
