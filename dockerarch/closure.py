@@ -65,13 +65,15 @@ def default_index() -> str:
     if os.environ.get("PIP_INDEX_URL"):
         return os.environ["PIP_INDEX_URL"]
     try:
-        from pip._internal.models.index import PyPI  # pip's default; see tests/unit/test_closure
-    except ImportError as exc:  # pragma: no cover - pip is a dependency of every venv we make
+        from pip._internal.models.index import PyPI  # tests/unit/test_private_surfaces.py
+
+        return str(PyPI.simple_url)
+    except (ImportError, AttributeError) as exc:
         raise ResolutionError(
-            "No index to resolve from: PIP_INDEX_URL is not set and pip is not installed",
+            "No index to resolve from: PIP_INDEX_URL is not set, and this pip does not say its "
+            f"default where dockerarch reads it ({type(exc).__name__}: {exc})",
             fix="Give --index-url URL, or set PIP_INDEX_URL.",
         ) from exc
-    return str(PyPI.simple_url)
 
 
 # --- the indexes and their files ----------------------------------------------------------------

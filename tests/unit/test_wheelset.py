@@ -355,16 +355,6 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
     assert (built.wheelset / cmake_wheel.name).read_bytes() == b"cmake"
 
 
-def test_the_default_index_is_pip_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """pip's private PyPI model gives the default (no registry's name is written here): this
-    fails when pip moves it, instead of a set resolving from nowhere."""
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    default = closure.default_index()
-    assert default.startswith("https://") and default.rstrip("/").endswith("/simple")
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
-    assert closure.default_index() == "http://127.0.0.1:9/simple/"
-
-
 def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> None:
     from dockerarch.build import JobResult
     from dockerarch.buildsteps import BuildStepFailed

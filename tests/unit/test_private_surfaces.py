@@ -1,0 +1,69 @@
+"""The private interfaces of other packages dockerarch still relies on, pinned to exact versions in
+pyproject.toml: each test here fails when a new version moves what dockerarch reaches into, so
+an upgrade is a decision, never a surprise in a user's push.
+
+- oras-py (the registry client): ``Registry.do_request.__wrapped__`` (one try of its request,
+  without its own retry decorator: registry.RETRIES is the policy) and ``BasicAuth._basic_auth``
+  (what it found in docker's store: nothing there for a basic-auth registry means nobody logged
+  in).
+- pip (the host's, and Debian's in the toolchain stage, which the base pins):
+  ``pip._internal.models.index.PyPI``, pip's default index, which dockerarch never writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import runpy
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+import dockerarch
+from dockerarch import closure
+from dockerarch.paths import data_path
+
+PYPROJECT = Path(dockerarch.__file__).parents[1] / "pyproject.toml"
+
+
+def test_oras_is_pinned_to_the_version_these_tests_read() -> None:
+    assert '"oras==0.2.43"' in PYPROJECT.read_text()
+    assert version("oras") == "0.2.43"
+
+
+def test_oras_one_try_of_a_request_is_its_wrapped_do_request() -> None:
+    from oras.provider import Registry
+
+    single = Registry.do_request.__wrapped__  # under oras' own retry decorator
+    assert list(inspect.signature(single).parameters)[:5] == [
+        "self", "url", "method", "data", "headers"]  # fmt: skip
+
+
+def test_oras_keeps_docker_s_stored_login_as_basic_auth(tmp_path: Path) -> None:
+    from oras.container import Container
+    from oras.provider import Registry
+
+    token = base64.b64encode(b"user:secret").decode()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {"127.0.0.1:5999": {"auth": token}}}))
+    registry = Registry(hostname="127.0.0.1:5999", insecure=True, auth_backend="basic")
+    registry.auth.load_configs(Container("127.0.0.1:5999/ns/x"), configs=[str(config)])
+    assert registry.auth._basic_auth == token
+    nobody = Registry(hostname="127.0.0.1:5998", insecure=True, auth_backend="basic")
+    nobody.auth.load_configs(Container("127.0.0.1:5998/ns/x"), configs=[str(config)])
+    assert not getattr(nobody.auth, "_basic_auth", None)
+
+
+def test_pip_s_default_index_is_where_both_readers_find_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pip._internal.models.index import PyPI
+
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    assert closure.default_index() == PyPI.simple_url
+    fetch_sdist = runpy.run_path(str(data_path("toolchain", "fetch-sdist")))
+    assert fetch_sdist["index_url"]() == PyPI.simple_url
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
+    assert closure.default_index() == fetch_sdist["index_url"]() == "http://127.0.0.1:9/simple/"
