@@ -43,7 +43,7 @@ from typing import TextIO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from dockerarch import closure, pkgindex
+from dockerarch import closure, pkgindex, sdistfix
 from dockerarch.accel import DRIVER_WHEELS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
@@ -83,6 +83,9 @@ class Member:
     reused: bool = False
     error: DockerarchError | None = None
     asked: list[str] = field(default_factory=list)  # build requirements its build asked for itself
+    fixed: list[str] = field(
+        default_factory=list
+    )  # dockerarch's known fixes to its sdist (sdistfix)
 
     @property
     def key(self) -> str:
@@ -240,6 +243,7 @@ def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
     candidate = member.node.candidate
     sdist = made.indexes.download(candidate.file)
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
+    member.fixed = sdistfix.apply(candidate.name, str(candidate.version), tree)
     context = work / made.target / "sets" / key.replace("==", "-")
     shutil.rmtree(context, ignore_errors=True)  # a member built again (its build asked for more)
     context.mkdir(parents=True)
@@ -361,6 +365,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
                    "sdist": {"file": candidate.file.filename, "url": candidate.file.url,
                              "sha256": candidate.file.sha256},
                    "build_env": sorted(member.node.build_env.values()),
+                   "sdist_fixes": member.fixed,
                    "result": str(member.result), "reused": member.reused,
                    "build": {k: record.get(k) for k in ("seconds", "hybrid", "accel", "needs_apt",
                                                         "smoke", "options", "base")},

@@ -371,3 +371,26 @@ def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> N
     ]
     other = BuildStepFailed("debian-armv7", "[build 6/7] RUN uv build", ["error: this is not C"])
     assert wheelset.asked_for(JobResult(target="debian-armv7", error=other)) == []
+
+
+def test_known_sdist_fixes_are_applied_and_checked(tmp_path: Path) -> None:
+    # opencv's typing stubs fail the wheel at the end of an offline compile; a set builds it with
+    # the fix the opencv recipe applies, and one that no longer fits is said, not built unfixed
+    from dockerarch import sdistfix
+    from dockerarch.paths import template_dirs
+
+    fix = sdistfix.OPENCV_TYPING
+    (tmp_path / "setup.py").write_text(f"x = 1\n        {fix.old}\n            raise\n")
+    done = sdistfix.apply("opencv_python_headless", "4.10.0.84", tmp_path)
+    assert done == [f"setup.py: {fix.why}"]
+    assert fix.new in (tmp_path / "setup.py").read_text()
+    with pytest.raises(sdistfix.FixFailed) as err:
+        sdistfix.apply("opencv-python", "5.0.0", tmp_path)  # already fixed: the line is gone
+    assert "opencv-python 5.0.0's setup.py no longer has the line" in err.value.problem
+    assert sdistfix.apply("six", "1.17.0", tmp_path) == []
+    template = next(
+        d / "opencv.Dockerfile.j2"
+        for d in template_dirs()
+        if (d / "opencv.Dockerfile.j2").is_file()
+    )
+    assert f"s|{fix.old}|{fix.new}|" in template.read_text()  # the recipe's sed is the same fix
