@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dockerarch.cli import options
 from dockerarch.cli.options import Source
 from dockerarch.cli.output import columns
 
 if TYPE_CHECKING:
     from dockerarch.build import BuildOptions, JobResult
+    from dockerarch.config import RegistryConfig
     from dockerarch.render import RenderRequest
     from dockerarch.wheelset import SetRequest
 
@@ -113,78 +115,17 @@ def build(
             "'cache' key). --no-cache still pushes a fresh one.",
         ),
     ] = None,
-    requirement: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--requirement",
-            "-r",
-            help="wheel recipe: a requirements file; builds the whole set the board needs (every "
-            "dependency and build requirement, each built once per target or fetched as a wheel "
-            "that fits the board) into OUT/<target>/sets/<name>/; repeatable, mixes with --package.",
-        ),
-    ] = None,
-    constraint: Annotated[
-        list[Path] | None,
-        typer.Option("--constraint", "-c", help="A constraints file for the set; repeatable."),
-    ] = None,
-    build_constraint: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--build-constraint",
-            help="With -r: a constraints file for every build environment of the set (not for "
-            "what the board installs), as uv's and pip's; repeatable.",
-        ),
-    ] = None,
-    no_deps: Annotated[
-        bool,
-        typer.Option(
-            "--no-deps",
-            help="With -r: build only the packages named; what they need must have wheels for "
-            "the board (said before anything is built).",
-        ),
-    ] = False,
-    index_url: Annotated[
-        str | None,
-        typer.Option(
-            "--index-url", "-i", help="With -r: the index to resolve from (pip's default)."
-        ),
-    ] = None,
-    extra_index_url: Annotated[
-        list[str] | None,
-        typer.Option("--extra-index-url", help="With -r: a further index; repeatable."),
-    ] = None,
-    require_hashes: Annotated[
-        bool,
-        typer.Option("--require-hashes", help="With -r: every requirement must carry --hash."),
-    ] = False,
-    set_name: Annotated[
-        str | None,
-        typer.Option("--name", help="With -r: the set's name (default: the first file's)."),
-    ] = None,
-    test_requires: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--test-requires",
-            metavar="REQ",
-            help="With -r: what your tests need (pytest, say), resolved for the board and "
-            "installed beside the set for --test only; repeatable.",
-        ),
-    ] = None,
-    test_command: Annotated[
-        str | None,
-        typer.Option(
-            "--test",
-            metavar="COMMAND",
-            help="With -r: run COMMAND in the set's runtime image under QEMU after the import "
-            "check, network off ({project} is --test-sources, read-only); failing fails the build.",
-        ),
-    ] = None,
-    test_sources: Annotated[
-        Path | None,
-        typer.Option(
-            "--test-sources", help="With --test: the directory {project} names (default: .)."
-        ),
-    ] = None,
+    requirement: options.Requirement = None,
+    constraint: options.Constraint = None,
+    build_constraint: options.BuildConstraint = None,
+    no_deps: options.NoDeps = False,
+    index_url: options.IndexUrl = None,
+    extra_index_url: options.ExtraIndexUrl = None,
+    require_hashes: options.RequireHashes = False,
+    set_name: options.SetName = None,
+    test_requires: options.TestRequires = None,
+    test_command: options.TestCommand = None,
+    test_sources: options.TestSources = None,
     progress: Annotated[
         str,
         typer.Option(
@@ -197,90 +138,114 @@ def build(
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
     from dockerarch import accel as accel_module
     from dockerarch import build as build_module
-    from dockerarch import engine, process
     from dockerarch.config import load_registry_config
+    from dockerarch.progress import Board
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
+    from dockerarch.wheelset import SetRequest, set_requests
 
     accel_module.check_mode(accel)
     live = progress_mode(progress)
     chosen = parse_set(settings or [])
-    wanted = None
-    set_only = (test_requires or test_command or test_sources or no_deps or index_url
-                or extra_index_url or constraint or build_constraint or require_hashes
-                or set_name)  # fmt: skip
+    asked = SetRequest(
+        requirement_files=requirement or [], constraint_files=constraint or [],
+        build_constraint_files=build_constraint or [], packages=[package] if package else [],
+        index_url=index_url, extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
+        no_deps=no_deps, name=set_name, test_requires=test_requires or [],
+        test_command=test_command, test_sources=test_sources,
+    )  # fmt: skip
+    wanted = asked if is_set(recipe, asked, push=push) else None
+    requests = (set_requests(recipe, wanted, arch=arch, target=target, settings=chosen)
+                if wanted is not None else
+                plan(recipe, arch=arch, target=target, version=version, package=package,
+                     settings=chosen, source=source))  # fmt: skip
+    registry = load_registry_config()
+    options = build_options(
+        requests, chosen, registry, out=out, builder=builder, fallback_qemu=fallback_qemu,
+        cache=not no_cache, smoke=smoke, accel=accel, ccache=ccache, use=use or [],
+        farm=[] if no_farm else farm or None, registry_cache=registry_cache,
+    )  # fmt: skip
+    if wanted is not None:
+        build_set(requests, wanted, options, live=live)
+    else:
+        typer.echo(announcement(requests), err=True)
+        with Board((r.target.name for r in requests), live=live) as board:
+            results = build_module.run_jobs(requests, options, board)
+        report(results)
+        if any(r.error is not None for r in results):
+            if push:
+                typer.echo("nothing pushed: a target failed", err=True)
+            raise typer.Exit(max(r.error.exit_code for r in results if r.error is not None))
+    if push:
+        from dockerarch.cli.push import publish_built
+        from dockerarch.publish import find_built
+
+        publish_built(find_built(requests, out), registry, index_tag=None, tags=())
+
+
+def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
+    """Whether the command line asks for a wheel set (build wheel -r, or --package from an
+    index); options that only a set takes are refused otherwise."""
+    from dockerarch.errors import UsageError
+
+    package = wanted.packages[0] if wanted.packages else None
     from_index = package is not None and not package.startswith((".", "/", "~"))
-    if recipe == "wheel" and (requirement or from_index):
-        from dockerarch.wheelset import SetRequest, set_requests
-
-        wanted = SetRequest(
-            requirement_files=requirement or [], constraint_files=constraint or [],
-            build_constraint_files=build_constraint or [],
-            packages=[package] if package else [], index_url=index_url,
-            extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
-            no_deps=no_deps, name=set_name, test_requires=test_requires or [],
-            test_command=test_command, test_sources=test_sources,
-        )  # fmt: skip
-        requests = set_requests(recipe, wanted, arch=arch, target=target, settings=chosen)
-        if push and requirement:
-            from dockerarch.errors import UsageError
-
+    if recipe == "wheel" and (wanted.requirement_files or from_index):
+        if push and wanted.requirement_files:
             raise UsageError("--push publishes one package's images; a set from -r has none "
                              "of its own", fix="Publish the set with dockerarch upload wheel -r "
                              "FILE (boards pip install it), or push each package's build.")  # fmt: skip
-    elif set_only:
-        from dockerarch.errors import UsageError
-
-        raise UsageError("--no-deps, -c, --build-constraint, --index-url, --extra-index-url, --require-hashes, "
-                         "--name and the --test options go with a wheel set: build wheel -r "
-                         "FILE, or --package NAME from an index",
+        return True
+    if (wanted.test_requires or wanted.test_command or wanted.test_sources or wanted.no_deps
+            or wanted.index_url or wanted.extra_index_urls or wanted.constraint_files
+            or wanted.build_constraint_files or wanted.require_hashes or wanted.name):  # fmt: skip
+        raise UsageError("--no-deps, -c, --build-constraint, --index-url, --extra-index-url, "
+                         "--require-hashes, --name and the --test options go with a wheel set: "
+                         "build wheel -r FILE, or --package NAME from an index",
                          fix="Give -r requirements.txt or a --package spec (not a directory).")  # fmt: skip
-    else:
-        requests = plan(
-            recipe, arch=arch, target=target, version=version, package=package,
-            settings=chosen, source=source,
-        )  # fmt: skip
+    return False
+
+
+def build_options(requests: list[RenderRequest], chosen: dict[str, str], registry: RegistryConfig,
+                  *, out: Path, builder: str | None, fallback_qemu: bool, cache: bool,
+                  smoke: bool, accel: str, ccache: bool, use: list[str], farm: list[str] | None,
+                  registry_cache: bool | None) -> BuildOptions:  # fmt: skip
+    """The build's options, everything that can be checked before a base is bootstrapped or a
+    step is run checked: the output directory, the engine, a forced builder node, the farm's
+    servers (``farm`` None: registry.yaml's; []: none) and the most compiles at once they
+    could ask for."""
+    import os
+
+    from dockerarch import build as build_module
+    from dockerarch import engine
+    from dockerarch.config import parse_farm_servers
+    from dockerarch.farm import JOBS_OPTION, check_farm_jobs
     from dockerarch.files import ensure_writable_dir
 
-    ensure_writable_dir(out, "--out")  # before any base is bootstrapped or step is run
+    ensure_writable_dir(out, "--out")
     engine.daemon_info()  # fail early and clearly when no engine answers
     if builder is not None and builder != "local":
         from dockerarch.builders import check_forced
 
         check_forced(builder)
-    registry = load_registry_config()
-    use_registry_cache = registry.cache if registry_cache is None else registry_cache
-    from dockerarch.config import parse_farm_servers
-
-    servers = () if no_farm else (parse_farm_servers(farm) if farm else registry.farm)
-    if servers and "MAX_JOBS" not in chosen:
-        import os
-
-        from dockerarch.farm import check_farm_jobs
-
+    servers = registry.farm if farm is None else parse_farm_servers(farm)
+    if servers and JOBS_OPTION not in chosen:
         check_farm_jobs(requests, servers, os.cpu_count() or 2)
-    options = build_module.BuildOptions(
-        out=out, builder=builder, fallback_qemu=fallback_qemu, cache=not no_cache, smoke=smoke,
+    use_registry_cache = registry.cache if registry_cache is None else registry_cache
+    return build_module.BuildOptions(
+        out=out, builder=builder, fallback_qemu=fallback_qemu, cache=cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
-        registry_cache_loopback=registry.loopback, uses=parse_use(use or []), farm=servers,
-        jobs_chosen="MAX_JOBS" in chosen,
+        registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
+        jobs_chosen=JOBS_OPTION in chosen,
     )  # fmt: skip
-    from dockerarch.progress import Board
 
-    if wanted is not None:
-        build_set(requests, wanted, options, live=live)
-        if push:
-            from dockerarch.cli.push import publish_built
-            from dockerarch.publish import find_built
 
-            publish_built(find_built(requests, out), registry, index_tag=None, tags=())
-        return
-    typer.echo(announcement(requests), err=True)
-    with Board((r.target.name for r in requests), live=live) as board:
-        results = build_module.run_jobs(requests, options, board)
+def report(results: list[JobResult]) -> None:
+    """The summary, each verified artifact (stdout) and each failure with its step's last lines."""
+    from dockerarch import process
+
     typer.echo(summary(results), err=True)
-    failed = [r for r in results if r.error is not None]
     for result in results:
         if result.error is None:
             for path in result.artifacts:
@@ -289,9 +254,10 @@ def build(
                 f"{result.target}: verified in {result.seconds:.0f} s -> {result.directory}",
                 err=True,
             )
-    for result in failed:
+    for result in results:
         error = result.error
-        assert error is not None
+        if error is None:
+            continue
         typer.echo("", err=True)
         typer.echo(error.render(), err=True)
         tail = getattr(error, "tail", None)
@@ -305,15 +271,6 @@ def build(
             import traceback
 
             traceback.print_exception(error.__cause__)
-    if failed:
-        if push:
-            typer.echo("nothing pushed: a target failed", err=True)
-        raise typer.Exit(max(r.error.exit_code for r in failed if r.error is not None))
-    if push:
-        from dockerarch.cli.push import publish_built
-        from dockerarch.publish import find_built
-
-        publish_built(find_built(requests, out), registry, index_tag=None, tags=())
 
 
 def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildOptions, *,

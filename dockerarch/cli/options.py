@@ -32,3 +32,72 @@ Settings = Annotated[
     typer.Option("--set", "-s", metavar="KEY=VALUE", help="Recipe options, as built."),
 ]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")]
+
+# A wheel set (build wheel -r, upload wheel -r): pip's own options where pip has them.
+Requirement = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--requirement",
+        "-r",
+        help="wheel recipe: a requirements file, for the set of every wheel the board needs "
+        "(each dependency and build requirement built once per target, or fetched as a wheel "
+        "that fits the board): build makes it in OUT/<target>/sets/<name>/, upload publishes "
+        "it; repeatable, mixes with --package.",
+    ),
+]
+SetName = Annotated[
+    str | None, typer.Option("--name", help="With -r: the set's name (default: the first file's).")
+]
+Constraint = Annotated[
+    list[Path] | None,
+    typer.Option("--constraint", "-c", help="A constraints file for the set; repeatable."),
+]
+BuildConstraint = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--build-constraint",
+        help="With -r: a constraints file for every build environment of the set (not for "
+        "what the board installs), as uv's and pip's; repeatable.",
+    ),
+]
+NoDeps = Annotated[
+    bool,
+    typer.Option(
+        "--no-deps",
+        help="With -r: build only the packages named; what they need must have wheels for "
+        "the board (said before anything is built).",
+    ),
+]
+IndexUrl = Annotated[
+    str | None,
+    typer.Option("--index-url", "-i", help="With -r: the index to resolve from (pip's default)."),
+]
+ExtraIndexUrl = Annotated[
+    list[str] | None,
+    typer.Option("--extra-index-url", help="With -r: a further index; repeatable."),
+]
+RequireHashes = Annotated[
+    bool, typer.Option("--require-hashes", help="With -r: every requirement must carry --hash.")
+]
+TestRequires = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--test-requires",
+        metavar="REQ",
+        help="With -r: what your tests need (pytest, say), resolved for the board and "
+        "installed beside the set for --test only; repeatable.",
+    ),
+]
+TestCommand = Annotated[
+    str | None,
+    typer.Option(
+        "--test",
+        metavar="COMMAND",
+        help="With -r: run COMMAND in the set's runtime image under QEMU after the import "
+        "check, network off ({project} is --test-sources, read-only); failing fails the build.",
+    ),
+]
+TestSources = Annotated[
+    Path | None,
+    typer.Option("--test-sources", help="With --test: the directory {project} names (default: .)."),
+]

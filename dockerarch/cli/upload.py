@@ -18,17 +18,8 @@ def upload(
     package: options.Package = None,
     settings: options.Settings = None,
     out: options.Out = Path("dist"),
-    requirement: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--requirement",
-            "-r",
-            help="Publish the wheel set build wheel -r made from these files.",
-        ),
-    ] = None,
-    set_name: Annotated[
-        str | None, typer.Option("--name", help="With -r: the set's name, as build was given it.")
-    ] = None,
+    requirement: options.Requirement = None,
+    set_name: options.SetName = None,
     archive_dir: Annotated[
         Path | None,
         typer.Option(
