@@ -227,14 +227,16 @@ def test_a_server_without_the_builds_toolchain_is_refused(
     farm_build: tuple[Path, Path, subprocess.CompletedProcess[str], dict[str, str]],
     tmp_path: Path,
 ) -> None:
-    project, _, _, _ = farm_build
+    # sources no build compiled yet: ccache cannot answer for them, so were the server not
+    # refused, distcc would be asked (the farm build's own project would be all ccache hits)
+    project = write_project(tmp_path / "project", salt=random.randrange(1 << 30))
     other = f"127.0.0.4:{free_port('127.0.0.4')}"
     started = serve(other, arch="aarch64")  # no armv7 compiler
     assert started.returncode == 0, started.stderr[-2000:]
     try:
         before = server_log(other)
         done = dockerarch("build", "wheel", "--package", str(project), "--arch", "armv7",
-                          "--out", str(tmp_path), "--farm", other, timeout=3600)  # fmt: skip
+                          "--out", str(tmp_path / "dist"), "--farm", other, timeout=3600)  # fmt: skip
         after = server_log(other)
     finally:
         dockerarch("farm", "stop", other, timeout=300)
@@ -246,6 +248,11 @@ def test_a_server_without_the_builds_toolchain_is_refused(
     )
     assert "no farm server can take this build's compiles" in said
     assert compiled(after[len(before) :], ARCHES["debian-armv7"]) == []
+    record = json.loads(
+        (tmp_path / "dist" / "debian-armv7" / "farmdemo-1.0" / "manifest.json").read_text()
+    )
+    assert record["farm"] is None and record["hybrid"]["runs"] > 0  # compiled, here
+    assert record["options"].get("MAX_JOBS", "2") == "2"  # the farm was not used: not raised
 
 
 def test_bad_farm_input_is_a_clear_error(tmp_path: Path) -> None:

@@ -27,11 +27,17 @@ def test_servers_parse_as_distcc_writes_hosts() -> None:
     assert not parse_farm_server("10.0.0.5").loopback
 
 
-@pytest.mark.parametrize("bad", ["not a host!", "host:99999", "host:1/0", "-x", "a;rm -rf /"])
-def test_a_bad_server_is_refused_with_the_form_it_takes(bad: str) -> None:
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [("not a host!", "is not a farm server"), ("-x", "is not a farm server"),
+     ("a;rm -rf /", "is not a farm server"), ("host:99999", "has a port or slot count out of range"),
+     ("host:1/0", "has a port or slot count out of range")],
+)  # fmt: skip
+def test_a_bad_server_is_refused_with_the_form_it_takes(bad: str, says: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_farm_server(bad)
-    assert "HOST[:PORT]" in caught.value.render() or "out of range" in caught.value.render()
+    assert caught.value.problem == f"'{bad}' {says}"
+    assert "HOST[:PORT]" in caught.value.fix or "1 to 65535" in caught.value.fix
 
 
 def test_the_hosts_line_randomizes_and_keeps_this_machine_as_one_more_place() -> None:
