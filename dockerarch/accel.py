@@ -307,8 +307,10 @@ def host_apt_has(package: str, suite: str) -> bool:
 
 
 def prepare_context(context: Path) -> None:
-    """Put the toolchain stage's files into a build context."""
+    """Put the toolchain stage's files into a build context, with dockerarch's reader of index
+    pages beside fetch-sdist (one reader for the host and the build)."""
     shutil.copytree(DATA, context / CONTEXT_DIR)
+    shutil.copy2(Path(__file__).with_name("simple_api.py"), context / CONTEXT_DIR / "simple_api.py")
 
 
 LOG_STAGE = "toolchain-log"  # a hybrid build's export: the artifacts and, beside them, LOG_EXPORT

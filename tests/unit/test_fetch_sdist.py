@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-from dockerarch import accel
+from dockerarch import accel, simple_api
 
 SDIST = b"not really a tarball, but bytes with a known sha256"
 
@@ -55,8 +57,20 @@ FILES = [
     ],
 )
 def test_select(requirement: str, expected: str | None) -> None:
-    chosen = fetch_sdist.select(FILES, Requirement(requirement))
-    assert (chosen["filename"] if chosen else None) == expected
+    # the page read by dockerarch's one reader of index pages, as fetch-sdist reads it
+    body = json.dumps({"files": FILES}).encode()
+    listing = simple_api.parse_project_page(
+        body, simple_api.SIMPLE_JSON, "http://127.0.0.1:9/s/demo-pkg/"
+    )
+    chosen = fetch_sdist.select(listing, Requirement(requirement))
+    assert (chosen.filename if chosen else None) == expected
+
+
+def test_a_build_context_carries_the_reader_beside_fetch_sdist(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    accel.prepare_context(tmp_path)
+    beside = tmp_path / accel.CONTEXT_DIR
+    assert (beside / "fetch-sdist").is_file()
+    assert (beside / "simple_api.py").read_bytes() == Path(simple_api.__file__).read_bytes()
 
 
 def _tarball(path, members: dict[str, bytes | str]):  # type: ignore[no-untyped-def]
