@@ -267,9 +267,23 @@ def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
     # dockerarch.native, which the set's pin VERSION admits) to uv: the configure runs natively.
     drivers = tuple(apt for apt, name in DRIVER_WHEELS.items()
                     if name in member.node.build_env and apt not in made.request.recipe.apt)  # fmt: skip
-    recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers)
+    # what the distribution is known to need from Debian (data/build-needs.yaml)
+    needs = tuple(p for p in build_needs().get(canonicalize_name(candidate.name), ())
+                  if p not in made.request.recipe.apt and p not in drivers)  # fmt: skip
+    recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
                                version=spec.version or "any", wheelset=context)  # fmt: skip
+
+
+@functools.cache
+def build_needs() -> dict[str, tuple[str, ...]]:
+    """data/build-needs.yaml: the Debian packages a distribution's build needs, by name."""
+    import yaml
+
+    from dockerarch.paths import data_path
+
+    data = yaml.safe_load(data_path("build-needs.yaml").read_text(encoding="utf-8")) or {}
+    return {str(canonicalize_name(k)): tuple(str(p) for p in v) for k, v in data.items()}
 
 
 def runtime_closure(made: TargetSet, key: str) -> set[str]:

@@ -394,3 +394,28 @@ def test_known_sdist_fixes_are_applied_and_checked(tmp_path: Path) -> None:
         if (d / "opencv.Dockerfile.j2").is_file()
     )
     assert f"s|{fix.old}|{fix.new}|" in template.read_text()  # the recipe's sed is the same fix
+
+
+def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: Path) -> None:
+    # scipy finds OpenBLAS through pkg-config: `build wheel --package scipy` needs no EXTRA_APT
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    data = sdist_bytes("scipy", '[project]\nname = "scipy"\nversion = "1.16.3"\n')
+    digest = hashlib.sha256(data).hexdigest()
+    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "scipy-1.16.3.tar.gz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(data)
+    scipy = closure.Candidate(name="scipy", version=Version("1.16.3"),
+                              file=IndexFile(filename=cached.name, url="http://127.0.0.1/s",
+                                             hashes={"sha256": digest}))  # fmt: skip
+    request = plan("wheel", arch="armv7", target=None, version=None, package="scipy", settings={})[
+        0
+    ]
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "scipy==1.16.3": wheelset.Member(node=closure.Resolved(candidate=scipy))})  # fmt: skip
+    built = wheelset.build_requests(made, "scipy==1.16.3", tmp_path / "work")
+    assert {"libopenblas-dev", "pkg-config"} <= set(built.recipe.apt)
+    assert built.recipe.apt.count("pkg-config") == 1  # the recipe's own is not repeated
+    assert set(wheelset.build_needs()["lxml"]) == {"libxml2-dev", "libxslt1-dev"}
