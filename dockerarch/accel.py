@@ -102,8 +102,9 @@ class Toolchain:
     drivers: tuple[str, ...] = ()  # DRIVERS packages run natively ('hybrid'); none: 'compilers'
     python: str = ""  # the target's Python version (3.11): the native generators' interpreter
     native_python: tuple[str, ...] = ()  # the recipe's code generators run natively
-    # Compile steps join the host's network: a farm server of this build listens on loopback.
-    farm_network: str = ""
+    # Compile steps join the host's network: a farm server or the shared compiler cache of this
+    # build listens on loopback.
+    compile_network: str = ""
     fortran: bool = True  # Debian has the cross gfortran of this gcc: grafted beside gcc
 
     @property
@@ -147,7 +148,7 @@ class Toolchain:
             "drivers_export": DRIVERS_EXPORT,
             "farm_log": FARM_LOG,
             "farm_export": FARM_EXPORT,
-            "farm_network": self.farm_network,
+            "compile_network": self.compile_network,
         }
 
 
@@ -349,19 +350,29 @@ def emulated_starters(toolchain_log: str) -> dict[str, int]:
 
 
 def count_ccache(stats_log: str) -> dict[str, int]:
-    """ccache's stats_log: a block per run ("# FILE", then its counters): cache hits (direct or
-    preprocessed), misses (compiled), and runs ccache could not cache (links, probes)."""
-    hits = misses = other = 0
+    """ccache's stats_log: a block per run ("# FILE", then its counters): hits (direct or
+    preprocessed; ``remote_hits`` of them from the shared compiler cache), misses (compiled),
+    runs ccache could not cache (links, probes); with a shared cache, the objects sent to it
+    (``sent``) and the runs it failed (``remote_errors``: down, refused, timed out)."""
+    counts = dict.fromkeys(
+        ("hits", "misses", "uncached", "remote_hits", "sent", "remote_errors"), 0
+    )
     blocks = [b for b in ("\n" + stats_log).split("\n# ") if b.strip()]
     for block in blocks:
-        counters = set(block.split("\n")[1:])
+        lines = block.split("\n")[1:]
+        counters = set(lines)
         if counters & {"direct_cache_hit", "preprocessed_cache_hit"}:
-            hits += 1
+            counts["hits"] += 1
+            counts["remote_hits"] += "remote_storage_hit" in counters
         elif "cache_miss" in counters:
-            misses += 1
+            counts["misses"] += 1
         else:
-            other += 1
-    return {"hits": hits, "misses": misses, "uncached": other}
+            counts["uncached"] += 1
+        counts["sent"] += lines.count("remote_storage_write")
+        counts["remote_errors"] += bool(
+            counters & {"remote_storage_error", "remote_storage_timeout"}
+        )
+    return counts
 
 
 def emulated_starter(program: str) -> bool:

@@ -228,9 +228,11 @@ def run_jobs(
               for r in requests]  # fmt: skip
     uses = [resolve_uses(r, options) for r in requests]
     decisions = plan_accel(requests, routes, options.accel, ccache=options.ccache)
-    if any(s.loopback for s in options.farm):  # compile steps reach a server on loopback
+    cache = options.compiler_cache
+    if any(s.loopback for s in options.farm) or (cache is not None and cache.config.loopback):
+        # compile steps reach a farm server or the shared compiler cache on loopback
         decisions = [
-            dataclasses.replace(d, toolchain=dataclasses.replace(d.toolchain, farm_network="host"))
+            dataclasses.replace(d, toolchain=dataclasses.replace(d.toolchain, compile_network="host"))
             if d.toolchain else d for d in decisions
         ]  # fmt: skip
     for request, decision in zip(requests, decisions, strict=True):

@@ -21,9 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from dockerarch import __version__, accel, artifacts, builders, libneeds, paths, steps
+from dockerarch import (
+    __version__,
+    accel,
+    artifacts,
+    builders,
+    compilercache,
+    libneeds,
+    paths,
+    steps,
+)
 from dockerarch import farm as farm_module
 from dockerarch.artifacts import VerificationError
+from dockerarch.compilercache import RemoteCache
 from dockerarch.config import FarmServer
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
@@ -65,6 +75,7 @@ class BuildOptions:
     uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
     farm: tuple[FarmServer, ...] = ()  # compile farm servers (hybrid builds)
     jobs_chosen: bool = False  # --set MAX_JOBS=N: a farm does not raise it
+    compiler_cache: RemoteCache | None = None  # the team's shared compiler cache (hybrid builds)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -235,12 +246,21 @@ def use_farm(job: JobState) -> None:
 
 
 def _compile_secrets(job: JobState) -> tuple[str, ...]:
-    return job.options.secrets + ((job.farm_secret,) if job.farm_secret else ())
+    secrets = job.options.secrets + ((job.farm_secret,) if job.farm_secret else ())
+    remote = job.options.compiler_cache
+    if remote is not None and job.request.toolchain is not None and job.request.toolchain.ccache:
+        path = job.work / "ccache-remote"  # the URL with its credentials: only ever this file
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(remote.storage() + "\n")
+        secrets += (f"id={compilercache.SECRET_ID},src={path}",)
+    return secrets
 
 
 def _entitlements(job: JobState) -> tuple[str, ...]:
     toolchain = job.request.toolchain
-    return ("network.host",) if toolchain is not None and toolchain.farm_network else ()
+    return ("network.host",) if toolchain is not None and toolchain.compile_network else ()
 
 
 def build_artifacts(job: JobState) -> None:
@@ -607,6 +627,17 @@ def _hybrid_counts(job: JobState, toolchain_log: Path) -> tuple[dict[str, int], 
     if cached["hits"] or cached["misses"]:
         job.say(f"ccache: {cached['hits']} of {cached['hits'] + cached['misses']} compiles "
                 "from the cache")  # fmt: skip
+    remote = job.options.compiler_cache
+    if remote is not None and job.request.toolchain is not None and job.request.toolchain.ccache:
+        local = cached["hits"] - cached["remote_hits"]
+        job.say(f"shared compiler cache {remote.config.url}: {local} local hits, "
+                f"{cached['remote_hits']} remote hits, {cached['misses']} compiled, "
+                f"{cached['sent']} objects sent"
+                + (" (read-only)" if remote.config.read_only else ""))  # fmt: skip
+        if cached["remote_errors"]:
+            job.say(f"warning: the shared compiler cache failed {cached['remote_errors']} "
+                    "compiles' lookups or writes (down, refused or too slow): they were compiled "
+                    "or kept here")  # fmt: skip
     by = ", ".join(f"{program} {n}" for program, n in starters.items())
     job.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
             f"runs native (x86-64), {counts['emulated']} under QEMU; "

@@ -143,6 +143,27 @@ class IndexConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompilerCacheConfig:
+    """A compiler cache shared by every machine of a team (ccache's remote storage over HTTP,
+    scripts/setup-host's nginx or any server taking GET and PUT): hybrid builds look up each
+    compile locally, then there, and write both (``read_only``: never write, for CI runners of
+    untrusted branches). Objects are kept under the toolchain's digest. Credentials never go
+    here (DOCKERARCH_CACHE_USERNAME/PASSWORD, ~/.netrc, or setup-host's own file)."""
+
+    url: str  # http://HOST:PORT/PATH/
+    read_only: bool = False
+    insecure: bool = False  # credentials may go over plain HTTP to a server not on loopback
+
+    @property
+    def host(self) -> str:
+        return url_host(self.url)
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RegistryConfig:
     """Where images and multi-arch indexes are pushed, and boards pull from."""
 
@@ -153,6 +174,7 @@ class RegistryConfig:
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
     farm: tuple[FarmServer, ...] = ()  # compile farm servers (dockerarch build)
+    compiler_cache: CompilerCacheConfig | None = None  # a team's shared compiler cache
     source: str = "built-in defaults"
 
     @property
@@ -214,7 +236,7 @@ def load_registry_config(explicit: Path | None = None) -> RegistryConfig:
 
 def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
-    reject_unknown(top, ["registry", "index", "farm"], "", path)
+    reject_unknown(top, ["registry", "index", "farm", "compiler_cache"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
     reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache"], "registry", path)
     defaults = RegistryConfig()
@@ -260,10 +282,55 @@ def parse_registry_config(path: Path) -> RegistryConfig:
             )
     index = parse_index_section(top.get("index"), path) if "index" in top else IndexConfig()
     farm = parse_farm_section(top.get("farm"), path) if top.get("farm") is not None else ()
+    compiler_cache = (parse_compiler_cache_section(top["compiler_cache"], path)
+                      if top.get("compiler_cache") is not None else None)  # fmt: skip
     return RegistryConfig(
         address=address, insecure=insecure, ca=ca_path, namespace=namespace, cache=cache,
-        index=index, farm=farm, source=str(path),
+        index=index, farm=farm, compiler_cache=compiler_cache, source=str(path),
     )  # fmt: skip
+
+
+def parse_compiler_cache_section(value: Any, path: Path) -> CompilerCacheConfig:
+    """``compiler_cache: {url: http://HOST:PORT/PATH/, read_only: false, insecure: false}``."""
+    section = require_mapping(value, "compiler_cache", path)
+    reject_unknown(section, ["url", "read_only", "insecure"], "compiler_cache", path)
+    if "url" not in section:
+        raise ConfigError(f"'compiler_cache' in {path} has no url",
+                          fix="Write it like: compiler_cache: {url: http://127.0.0.1:3142/ccache/}.")  # fmt: skip
+    text = str(section["url"])
+    try:
+        parts = urllib.parse.urlsplit(text)
+        hostname, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"'compiler_cache.url' in {path} is {text!r}, which is not a URL: {exc}",
+                          fix="Write it like http://127.0.0.1:3142/ccache/.") from exc  # fmt: skip
+    if parts.scheme == "https":
+        raise ConfigError(
+            f"'compiler_cache.url' in {path} is https://: ccache's HTTP storage speaks plain "
+            "HTTP only",
+            fix="Use http:// (on loopback, or a network you trust with insecure: true), or put "
+            "the server behind a tunnel that ends on this machine's loopback.",
+        )
+    if parts.scheme != "http" or not hostname:
+        raise ConfigError(f"'compiler_cache.url' in {path} is {text!r}, not an http:// URL",
+                          fix="Write it like http://127.0.0.1:3142/ccache/.")  # fmt: skip
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"'compiler_cache.url' in {path} carries credentials in the URL; they would end up "
+            "in logs and results",
+            fix="Drop them from the URL: DOCKERARCH_CACHE_USERNAME/DOCKERARCH_CACHE_PASSWORD, "
+            "~/.netrc, or (for this machine's server) scripts/setup-host's own file.",
+        )
+    if port is not None and not 0 < port <= 65535:
+        raise ConfigError(f"'compiler_cache.url' in {path} has a port no TCP port is (1-65535)",
+                          fix="Write the port the server listens on.")  # fmt: skip
+    flags = {}
+    for key in ("read_only", "insecure"):
+        flags[key] = section.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise ConfigError(f"'compiler_cache.{key}' in {path} must be true or false")
+    url = text if text.endswith("/") else text + "/"
+    return CompilerCacheConfig(url=url, read_only=flags["read_only"], insecure=flags["insecure"])
 
 
 # --- compile farm servers (registry.yaml's farm:, build --farm, farm serve/stop) -------------------

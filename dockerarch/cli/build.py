@@ -107,6 +107,14 @@ def build(
             "--no-farm", help="Compile on this machine only, whatever registry.yaml says."
         ),
     ] = False,
+    compiler_cache: Annotated[
+        bool,
+        typer.Option(
+            "--compiler-cache/--no-compiler-cache",
+            help="Hybrid builds: use the team's shared compiler cache of registry.yaml's "
+            "compiler_cache: (local cache first, then the server; read-only if it says so).",
+        ),
+    ] = True,
     registry_cache: Annotated[
         bool | None,
         typer.Option(
@@ -164,6 +172,7 @@ def build(
         requests, chosen, registry, out=out, builder=builder, fallback_qemu=fallback_qemu,
         cache=not no_cache, smoke=smoke, accel=accel, ccache=ccache, use=use or [],
         farm=[] if no_farm else farm or None, registry_cache=registry_cache,
+        compiler_cache=compiler_cache and ccache,
     )  # fmt: skip
     if wanted is not None:
         build_set(requests, wanted, options, live=live)
@@ -209,11 +218,11 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
 def build_options(requests: list[RenderRequest], chosen: dict[str, str], registry: RegistryConfig,
                   *, out: Path, builder: str | None, fallback_qemu: bool, cache: bool,
                   smoke: bool, accel: str, ccache: bool, use: list[str], farm: list[str] | None,
-                  registry_cache: bool | None) -> BuildOptions:  # fmt: skip
+                  registry_cache: bool | None, compiler_cache: bool) -> BuildOptions:  # fmt: skip
     """The build's options, everything that can be checked before a base is bootstrapped or a
     step is run checked: the output directory, the engine, a forced builder node, the farm's
     servers (``farm`` None: registry.yaml's; []: none) and the most compiles at once they
-    could ask for."""
+    could ask for, the shared compiler cache's answer to this machine's credentials."""
     import os
 
     from dockerarch import build as build_module
@@ -232,12 +241,21 @@ def build_options(requests: list[RenderRequest], chosen: dict[str, str], registr
     if servers and JOBS_OPTION not in chosen:
         check_farm_jobs(requests, servers, os.cpu_count() or 2)
     use_registry_cache = registry.cache if registry_cache is None else registry_cache
+    remote = None
+    if compiler_cache and registry.compiler_cache is not None:
+        from dockerarch import compilercache
+        from dockerarch.base import STATE_DIR
+
+        remote = compilercache.check(
+            compilercache.credentials(registry.compiler_cache, state_dir=STATE_DIR),
+            say=lambda line: typer.echo(line, err=True),
+        )  # fmt: skip
     return build_module.BuildOptions(
         out=out, builder=builder, fallback_qemu=fallback_qemu, cache=cache, smoke=smoke,
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
-        jobs_chosen=JOBS_OPTION in chosen,
+        jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote,
     )  # fmt: skip
 
 
@@ -314,13 +332,18 @@ def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildO
 
 def summary(results: list[JobResult]) -> str:
     """The table after a build: target, artifacts, seconds, where the compiler runs ran."""
-    rows = [("target", "seconds", "compiler runs", "artifacts")]
+    rows = [("target", "seconds", "compiler runs", "compiles", "artifacts")]
     for result in results:
-        runs = "-"
-        if result.hybrid is not None:
-            runs = f"{result.hybrid['native']} native, {result.hybrid['emulated']} emulated"
+        runs = compiles = "-"
+        hybrid = result.hybrid
+        if hybrid is not None:
+            runs = f"{hybrid['native']} native, {hybrid['emulated']} emulated"
+            if "ccache_hits" in hybrid:
+                remote = hybrid.get("ccache_remote_hits", 0)
+                compiles = (f"{hybrid['ccache_hits'] - remote} local hits, {remote} remote hits, "
+                            f"{hybrid['ccache_misses']} compiled, {hybrid.get('ccache_sent', 0)} sent")  # fmt: skip
         made = ", ".join(p.name for p in result.artifacts) or ("failed" if result.error else "-")
-        rows.append((result.target, f"{result.seconds:.0f}", runs, made))
+        rows.append((result.target, f"{result.seconds:.0f}", runs, compiles, made))
     return columns(rows)
 
 

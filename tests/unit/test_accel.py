@@ -267,5 +267,23 @@ def test_ccaches_stats_log_says_what_came_from_the_cache() -> None:
         "# b.c\ndirect_cache_miss\npreprocessed_cache_hit\n"
         "# \ncalled_for_link\n"
     )
-    assert accel.count_ccache(log) == {"hits": 2, "misses": 1, "uncached": 1}
-    assert accel.count_ccache("") == {"hits": 0, "misses": 0, "uncached": 0}
+    none = {"remote_hits": 0, "sent": 0, "remote_errors": 0}
+    assert accel.count_ccache(log) == {"hits": 2, "misses": 1, "uncached": 1, **none}
+    assert accel.count_ccache("") == {"hits": 0, "misses": 0, "uncached": 0, **none}
+
+
+def test_the_shared_caches_hits_sends_and_failures_are_counted() -> None:
+    # ccache 4.7's stats_log with remote storage, as it wrote it against nginx here: a miss
+    # that sent its result and manifest, a remote hit, a compile whose server refused
+    log = (
+        "# a.c\ncache_miss\ndirect_cache_miss\nlocal_storage_miss\nlocal_storage_write\n"
+        "preprocessed_cache_miss\nremote_storage_miss\nremote_storage_read_miss\n"
+        "remote_storage_write\nremote_storage_write\n"
+        "# a.c\ndirect_cache_hit\nlocal_storage_miss\nlocal_storage_write\nremote_storage_hit\n"
+        "remote_storage_read_hit\n"
+        "# b.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\npreprocessed_cache_miss\n"
+        "remote_storage_error\nremote_storage_miss\n"
+        "# c.c\ndirect_cache_hit\nlocal_storage_hit\n"
+    )
+    assert accel.count_ccache(log) == {"hits": 2, "misses": 2, "uncached": 0, "remote_hits": 1,
+                                       "sent": 2, "remote_errors": 1}  # fmt: skip

@@ -88,16 +88,25 @@ def test_the_summary_table_has_a_row_per_target_with_its_compiler_runs(tmp_path:
         target="debian-armv7",
         artifacts=[tmp_path / "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl"],
         seconds=184.4,
-        hybrid={"runs": 12, "compiles": 10, "native": 12, "emulated": 0},
+        hybrid={
+            "runs": 12,
+            "compiles": 10,
+            "native": 12,
+            "emulated": 0,
+            "ccache_hits": 7,
+            "ccache_remote_hits": 5,
+            "ccache_misses": 3,
+            "ccache_sent": 6,
+        },
     )
     plain = JobResult(target="debian-aarch64", artifacts=[tmp_path / "x.whl"], seconds=61)
     table = summary([good, plain]).splitlines()
-    assert table[0].split() == ["target", "seconds", "compiler", "runs", "artifacts"]
+    assert table[0].split() == ["target", "seconds", "compiler", "runs", "compiles", "artifacts"]
     assert table[1].split() == [
-        "debian-armv7", "184", "12", "native,", "0", "emulated",
-        "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
+        "debian-armv7", "184", "12", "native,", "0", "emulated", "2", "local", "hits,", "5",
+        "remote", "hits,", "3", "compiled,", "6", "sent", "zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
     ]  # fmt: skip
-    assert table[2].split() == ["debian-aarch64", "61", "-", "x.whl"]
+    assert table[2].split() == ["debian-aarch64", "61", "-", "-", "x.whl"]
 
 
 def test_without_a_terminal_a_long_compile_says_each_tenth_of_the_way_once() -> None:

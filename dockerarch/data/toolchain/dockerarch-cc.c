@@ -19,6 +19,11 @@
  * names of its own toolchain's digest), and records where the compile ran ("HOST ok", "localhost
  * ok retried-after HOST") in $DOCKERARCH_FARM_LOG. A server that fails is said on stderr, never
  * absorbed silently: distcc compiles locally instead and the log counts it.
+ *
+ * ccache's compiler_check is the toolchain's digest (the same files give the same keys on every
+ * machine, other files never do), and with a team's shared compiler cache (the build secret
+ * dockerarch-ccache-remote: "URL|ATTRIBUTES", credentials in the URL) ccache's remote storage is
+ * URL/<first 16 hex digits of the digest>: objects of different toolchains never meet.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +41,7 @@
 #define FARM_NAMES "/usr/lib/dockerarch/farm"
 #define FARM_HOSTS "/run/secrets/dockerarch-farm"
 #define TOOLCHAIN_ID "/usr/lib/dockerarch/toolchain-id"
+#define CACHE_REMOTE "/run/secrets/dockerarch-ccache-remote"
 
 static const char *real_compiler(const char *name) {
     static char path[256];
@@ -306,6 +312,24 @@ static int farm_given(void) {
     return hosts[0] != '\0' && access(DISTCC, X_OK) == 0;
 }
 
+/* ccache's keys from the toolchain's digest; the shared cache (if given) under it. */
+static void use_toolchain_keys(void) {
+    char id[128], remote[4096], check[160], storage[4300];
+    read_line(TOOLCHAIN_ID, id, sizeof id);
+    if (strlen(id) < 16) {
+        return;
+    }
+    snprintf(check, sizeof check, "string:%s", id);
+    setenv("CCACHE_COMPILERCHECK", check, 1);
+    read_line(CACHE_REMOTE, remote, sizeof remote);
+    if (remote[0] == '\0') {
+        return;
+    }
+    size_t url = strcspn(remote, "|");
+    snprintf(storage, sizeof storage, "%.*s/%.16s%s", (int)url, remote, id, remote + url);
+    setenv("CCACHE_REMOTE_STORAGE", storage, 1);
+}
+
 int main(int argc, char **argv) {
     const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     if (argc == 2 && strcmp(argv[1], "--report") == 0) {
@@ -322,6 +346,7 @@ int main(int argc, char **argv) {
         if (farm) {  /* ccache in front: only what it must compile goes to the farm */
             setenv("CCACHE_PREFIX", DISTCC_PREFIX, 1);
         }
+        use_toolchain_keys();
         char **args = calloc((size_t)argc + 2, sizeof *args);
         if (args == NULL) {
             return 127;
