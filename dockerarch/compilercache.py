@@ -100,7 +100,7 @@ def credentials(config: CompilerCacheConfig, *, state_dir: Path,
         text = ""
     if ":" in text:
         user, _, password = text.partition(":")
-        return RemoteCache(config, user, password, f"scripts/setup-host's ({local})")
+        return RemoteCache(config, user, password, f"scripts/setup-host's file {local}")
     return RemoteCache(config, None, None, "none found")
 
 
@@ -127,7 +127,7 @@ def check(remote: RemoteCache, say: Callable[[str], None]) -> RemoteCache | None
     if answer.status_code in (401, 403):
         raise CompilerCacheError(
             f"The compiler cache at {remote.config.url} refused this machine's credentials "
-            f"({answer.status_code}; credentials: {remote.source}); nothing was built",
+            f"({answer.status_code}; credentials: {remote.source})",
             fix="Give the right ones in DOCKERARCH_CACHE_USERNAME/DOCKERARCH_CACHE_PASSWORD or "
             f"~/.netrc (machine {remote.config.host} login USER password PASSWORD), or build "
             "without it: --no-compiler-cache.",

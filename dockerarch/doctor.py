@@ -207,6 +207,32 @@ def check_index(config: RegistryConfig) -> CheckResult:
     return _passed(name, f"{index.server} answers ({what}); indexes per target under {url}")
 
 
+def check_compiler_cache(config: RegistryConfig, state_dir: Path) -> CheckResult:
+    """The team's shared compiler cache of registry.yaml answers and takes this machine's
+    credentials, as a build would find it."""
+    from dockerarch import compilercache
+
+    name = "compiler cache"
+    cache = config.compiler_cache
+    where = "registry.yaml" if config.source == RegistryConfig().source else config.source
+    if cache is None:
+        return _passed(name, f"none shared ({where} has no compiler_cache:): builds use this "
+                       "machine's cache only")  # fmt: skip
+    said: list[str] = []
+    try:
+        remote = compilercache.credentials(cache, state_dir=state_dir)
+        used = compilercache.check(remote, say=said.append)
+    except compilercache.CompilerCacheError as exc:
+        return _failed(name, exc.problem, exc.fix or "")
+    if used is None:
+        fix = (f"Start the local one with {SETUP}, or fix compiler_cache.url in {where}."
+               if cache.loopback else f"Check that the server at {cache.url} is up.")  # fmt: skip
+        return _failed(name, said[0].removeprefix("compiler cache: "), fix)
+    mode = "read-only" if cache.read_only else "read-write"
+    return _passed(name, f"{cache.url} answers and takes this machine's credentials "
+                   f"({remote.source}); {mode}")  # fmt: skip
+
+
 def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
     name = "disk space"
     if not daemon_ok:
@@ -236,6 +262,12 @@ def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
                        "Run with --debug and report this as a dockerarch bug.")  # fmt: skip
 
 
+def state_dir() -> Path:
+    from dockerarch.base import STATE_DIR
+
+    return STATE_DIR
+
+
 def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[CheckResult]:
     daemon = _guarded("docker daemon", check_daemon)
     entries = binfmt.read_entries() if binfmt.is_mounted() else None
@@ -250,6 +282,7 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         *(_guarded(f"run {a} binary", functools.partial(check_runs, a)) for a in arm_probe.PROBES),
         _guarded("registry", lambda: check_registry(registry)),
         _guarded("package index", lambda: check_index(registry)),
+        _guarded("compiler cache", lambda: check_compiler_cache(registry, state_dir())),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib)),
     ]
     return results
