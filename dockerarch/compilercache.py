@@ -31,6 +31,7 @@ from dockerarch.errors import DockerarchError
 
 SECRET_ID = "dockerarch-ccache-remote"  # what the compiling steps mount (macros.j2)
 STATE_CREDENTIALS = "ccache/credentials"  # below the state directory: "USER:PASSWORD", root's
+STATE_LISTEN = "ccache/listen"  # HOST:PORT setup-host's server listens on
 PROBE = "dockerarch-probe"  # a key no compile has: 404 when the credentials are good
 TIMEOUT = 5
 
@@ -95,8 +96,10 @@ def credentials(config: CompilerCacheConfig, *, state_dir: Path,
             return RemoteCache(config, found[0], found[2], f"{rc}")
     local = state_dir / STATE_CREDENTIALS
     try:
-        text = local.read_text().strip() if local.is_file() and this_machine(config.host) else ""
-    except PermissionError:
+        listen = (state_dir / STATE_LISTEN).read_text().strip()
+        ours = listen.rpartition(":")[2] == str(urllib.parse.urlsplit(config.url).port or 80)
+        text = local.read_text().strip() if ours and this_machine(config.host) else ""
+    except (FileNotFoundError, PermissionError):
         text = ""
     if ":" in text:
         user, _, password = text.partition(":")

@@ -29,7 +29,7 @@ def test_second_run_changes_nothing_and_says_so() -> None:
 
 
 def test_stop_then_start_again() -> None:
-    pids = {name: (STATE / f"{name}.pid") for name in ("index", "registry", "dockerd")}
+    pids = {name: (STATE / f"{name}.pid") for name in ("ccache", "index", "registry", "dockerd")}
     started_here = {name: p.exists() for name, p in pids.items()}
     stopped = setup_host("--stop")
     try:
@@ -51,6 +51,8 @@ def test_stop_then_start_again() -> None:
         assert "done           registry started at" in again.stdout
     if started_here["index"]:
         assert "done           package index started at" in again.stdout
+    if started_here["ccache"]:
+        assert "done           compiler cache started at" in again.stdout
     assert dockerarch("doctor").returncode == 0
 
 
@@ -68,21 +70,23 @@ def test_registry_and_index_addresses_for_boards() -> None:
 
     from .registries import free_port
 
-    port, index_port = free_port(), free_port()
+    port, index_port, cache_port = free_port(), free_port(), free_port()
     # pytest's own directory is closed to other users; the index runs as its own user
     state = Path(tempfile.mkdtemp(prefix="dockerarch-state-", dir="/var/tmp"))
     state.chmod(0o755)
     env = {**os.environ, "DOCKERARCH_STATE_DIR": str(state)}
-    run = [SETUP, "--registry-addr", f"0.0.0.0:{port}", "--index-addr", f"0.0.0.0:{index_port}"]
+    run = [SETUP, "--registry-addr", f"0.0.0.0:{port}", "--index-addr", f"0.0.0.0:{index_port}",
+           "--cache-addr", f"0.0.0.0:{cache_port}"]  # fmt: skip
     done = subprocess.run(run, capture_output=True, text=True, timeout=900, env=env)
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"registry started at 0.0.0.0:{port}" in done.stdout
         assert f"package index started at 0.0.0.0:{index_port}" in done.stdout
+        assert f"compiler cache started at 0.0.0.0:{cache_port}" in done.stdout
         listening = [line.split() for name in ("tcp", "tcp6")
                      for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]]  # fmt: skip
         local = {fields[1] for fields in listening if fields[3] == "0A"}  # LISTEN
-        for p in (port, index_port):
+        for p in (port, index_port, cache_port):
             # Bound to every address (0.0.0.0, or :: dual-stack), not only loopback.
             assert local & {f"00000000:{p:04X}", f"{'0' * 32}:{p:04X}"}, sorted(local)
             with socket.create_connection(("127.0.0.1", p), timeout=5):
@@ -99,6 +103,13 @@ def test_registry_and_index_addresses_for_boards() -> None:
         assert (state / "index" / "server").stat().st_uid == Path(f"/proc/{pid}").stat().st_uid
         for secret in ("pypirc", "root-password", "dockerarch-password"):
             assert (state / "index" / secret).stat().st_uid == 0
+        # the compiler cache too: its own user, every request authenticated
+        cache_pid = int((state / "ccache.pid").read_text())
+        assert Path(f"/proc/{cache_pid}").stat().st_uid == pwd.getpwnam("dockerarch-cache").pw_uid
+        assert (state / "ccache" / "credentials").stat().st_mode & 0o077 == 0
+        with socket.create_connection(("127.0.0.1", cache_port), timeout=5) as raw:
+            raw.sendall(b"GET /ccache/x HTTP/1.0\r\nHost: x\r\n\r\n")
+            assert raw.recv(64).split()[1] == b"401"
         installed = (state / "index" / "venv" / ".dockerarch-requirements").read_text().strip()
         assert (
             installed
@@ -108,6 +119,7 @@ def test_registry_and_index_addresses_for_boards() -> None:
         stopped = subprocess.run([SETUP, "--stop"], capture_output=True, text=True, env=env)
         shutil.rmtree(state, ignore_errors=True)
     assert "stopped index (pid" in stopped.stdout
+    assert "stopped ccache (pid" in stopped.stdout
     assert "stopped registry (pid" in stopped.stdout
     assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
 

@@ -57,10 +57,13 @@ def test_credentials_come_from_the_environment_netrc_or_setup_host(
     state = tmp_path / "state"
     (state / "ccache").mkdir(parents=True)
     (state / "ccache" / "credentials").write_text("dockerarch:from-state\n")
+    (state / "ccache" / "listen").write_text("0.0.0.0:3142\n")
     monkeypatch.setattr("dockerarch.indexcreds.this_machine", lambda host: host == "127.0.0.1")
     found = compilercache.credentials(LOCAL, state_dir=state, home=tmp_path)
     assert (found.username, found.password) == ("dockerarch", "from-state")
     assert "from-state" not in repr(found) and "setup-host" in found.source
+    other_port = CompilerCacheConfig(url="http://127.0.0.1:3199/ccache/")  # not setup-host's
+    assert compilercache.credentials(other_port, state_dir=state, home=tmp_path).password is None
     elsewhere = CompilerCacheConfig(url="http://192.0.2.9:3142/ccache/")
     assert compilercache.credentials(elsewhere, state_dir=state, home=tmp_path).password is None
     (tmp_path / ".netrc").write_text("machine 192.0.2.9 login team password from-netrc\n")
