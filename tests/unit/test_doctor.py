@@ -114,3 +114,29 @@ def test_table_marks_and_fix_lines() -> None:
     assert "  FAIL  registry       down" in table
     assert "fix: Start it." in table
     assert table.endswith("1 of 2 checks passed; 1 required check failed.")
+
+
+def test_the_compiler_cache_check_says_what_a_build_would_find(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dockerarch import compilercache
+    from dockerarch.config import CompilerCacheConfig, RegistryConfig
+
+    none = doctor.check_compiler_cache(RegistryConfig(), tmp_path)
+    assert none.ok and "builds use this machine's cache only" in none.detail
+    shared = RegistryConfig(compiler_cache=CompilerCacheConfig(url="http://127.0.0.1:3142/ccache/"))
+
+    def refuse(remote: compilercache.RemoteCache, say: object) -> None:
+        raise compilercache.CompilerCacheError("refused (401)", fix="give the right ones")
+
+    monkeypatch.setattr(compilercache, "check", refuse)
+    failed = doctor.check_compiler_cache(shared, tmp_path)
+    assert (
+        not failed.ok and failed.detail == "refused (401)" and failed.fix == "give the right ones"
+    )
+    monkeypatch.setattr(compilercache, "check", lambda remote, say: say("compiler cache: down"))
+    down = doctor.check_compiler_cache(shared, tmp_path)
+    assert not down.ok and down.detail == "down" and "scripts/setup-host" in (down.fix or "")
+    monkeypatch.setattr(compilercache, "check", lambda remote, say: remote)
+    good = doctor.check_compiler_cache(shared, tmp_path)
+    assert good.ok and "read-write" in good.detail
