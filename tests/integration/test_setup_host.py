@@ -28,6 +28,24 @@ def test_second_run_changes_nothing_and_says_so() -> None:
     assert done.stdout.rstrip().endswith("Nothing to do: this machine was already set up.")
 
 
+def cache_put(state: Path) -> int:
+    """PUT a small object into the compiler cache setup-host runs, with its credentials."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    address = (state / "ccache" / "listen").read_text().strip().replace("0.0.0.0:", "127.0.0.1:")
+    auth = base64.b64encode((state / "ccache" / "credentials").read_bytes().strip()).decode()
+    request = urllib.request.Request(f"http://{address}/ccache/setup-host-test/put", data=b"x",
+                                     method="PUT", headers={"Authorization": f"Basic {auth}"})  # fmt: skip
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def test_stop_then_start_again() -> None:
     pids = {name: (STATE / f"{name}.pid") for name in ("ccache", "index", "registry", "dockerd")}
     started_here = {name: p.exists() for name, p in pids.items()}
@@ -53,6 +71,9 @@ def test_stop_then_start_again() -> None:
         assert "done           package index started at" in again.stdout
     if started_here["ccache"]:
         assert "done           compiler cache started at" in again.stdout
+        assert (
+            cache_put(STATE) == 201
+        )  # restarted, it still takes objects (its temp dirs are its own)
     assert dockerarch("doctor").returncode == 0
 
 
