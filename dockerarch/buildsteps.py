@@ -187,6 +187,12 @@ def prepare_context(job: JobState) -> None:
         job.say(f"source: {source.path}"
                 + (f" (commit {source.commit[:12]})" if source.commit else ""))  # fmt: skip
     job.cache_ref = _registry_cache_ref(job)
+    remote = job.options.compiler_cache
+    if remote is not None and job.request.toolchain is not None and job.request.toolchain.ccache:
+        # the server's URL with its credentials: only ever this file (0600), a build secret
+        fd = os.open(job.work / CACHE_SECRET, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(remote.storage() + "\n")
 
 
 def use_farm(job: JobState) -> None:
@@ -245,15 +251,13 @@ def use_farm(job: JobState) -> None:
                 f"{farm_module.JOBS_OPTION}=N to choose)")  # fmt: skip
 
 
+CACHE_SECRET = "ccache-remote"  # in the job's directory: the shared compiler cache's secret
+
+
 def _compile_secrets(job: JobState) -> tuple[str, ...]:
     secrets = job.options.secrets + ((job.farm_secret,) if job.farm_secret else ())
-    remote = job.options.compiler_cache
-    if remote is not None and job.request.toolchain is not None and job.request.toolchain.ccache:
-        path = job.work / "ccache-remote"  # the URL with its credentials: only ever this file
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(remote.storage() + "\n")
+    path = job.work / CACHE_SECRET
+    if path.exists():  # written by prepare_context when the shared compiler cache is used
         secrets += (f"id={compilercache.SECRET_ID},src={path}",)
     return secrets
 
