@@ -29,14 +29,16 @@ def test_second_run_changes_nothing_and_says_so() -> None:
 
 
 def cache_put(state: Path) -> int:
-    """PUT a small object into the compiler cache setup-host runs, with its credentials."""
+    """PUT a new small object into the compiler cache setup-host runs, with its credentials
+    (a fresh key each time: nginx answers 201 for a new object, 204 for one replaced)."""
     import base64
     import urllib.error
     import urllib.request
+    import uuid
 
     address = (state / "ccache" / "listen").read_text().strip().replace("0.0.0.0:", "127.0.0.1:")
     auth = base64.b64encode((state / "ccache" / "credentials").read_bytes().strip()).decode()
-    request = urllib.request.Request(f"http://{address}/ccache/setup-host-test/put", data=b"x",
+    request = urllib.request.Request(f"http://{address}/ccache/setup-host-test/{uuid.uuid4().hex}", data=b"x",
                                      method="PUT", headers={"Authorization": f"Basic {auth}"})  # fmt: skip
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
