@@ -595,3 +595,32 @@ def test_the_qpu_dot_example_renders_against_torch_and_qpulib(
     assert "ENV QPU=0" in build
     code, _, err = run(["generate", "qpu-dot", "--target", "debian-aarch64"], capsys)
     assert code != 0 and "Traceback" not in err
+
+
+def test_a_project_s_opencv_patch_is_applied_to_the_tree_the_build_compiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's project patches opencv by its own contexts/opencv (the built-in recipe.yaml plus
+    `patches:`): applied with no fuzz to the unpacked sdist before the compile, natively in a
+    hybrid build (patch installed there only then), in the emulated stage in a plain one."""
+    import shutil
+
+    own = tmp_path / "contexts" / "opencv"
+    shutil.copytree(paths.builtin_root() / "contexts" / "opencv", own)
+    (own / "patches").mkdir()
+    (own / "patches" / "one-line.patch").write_text("--- a/x\n+++ b/x\n")
+    with (own / "recipe.yaml").open("a") as recipe:
+        recipe.write('patches:\n  "4.10.*": [one-line.patch]\n')
+    unpatched = _render("opencv", "rpi3")
+    monkeypatch.setenv("DOCKERARCH_PROJECT", str(tmp_path))
+    hybrid, plain = _render("opencv", "rpi3"), _render("opencv", "rpi3", mode="none")
+    sources = hybrid.split(" AS sources\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "for p in one-line.patch;" in sources and " patch" in sources.split("WORKDIR")[0]
+    assert "WORKDIR /sdists/opencv-python-headless-tree" in sources
+    assert "uv build --wheel" in hybrid.split(" AS build\n", 1)[1]
+    build = plain.split(" AS build\n", 1)[1]
+    assert (build.index("tar -xzf") < build.index("WORKDIR /src/opencv")
+            < build.index("for p in one-line.patch;") < build.index("pip wheel -v"))  # fmt: skip
+    unpatched_sources = unpatched.split(" AS sources\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "dockerarch-patches" not in unpatched and "apt-get install" not in unpatched_sources
+    assert "dockerarch-patches" not in _render("opencv", "rpi3", version="4.9.0.80")
