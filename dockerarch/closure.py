@@ -45,7 +45,7 @@ from dockerarch import simple_api
 from dockerarch.errors import DockerarchError
 from dockerarch.files import sha256_file
 from dockerarch.pyenv import PythonTarget
-from dockerarch.pyreqs import Wanted, Wants
+from dockerarch.pyreqs import ALL, Wanted, Wants
 from dockerarch.simple_api import IndexFile
 
 Say = Callable[[str], None]
@@ -362,6 +362,10 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
                 found.append(_Requirement(_plain(requirement), candidate.key))
         return found
 
+    def sdist_only(self, name: str) -> bool:
+        """Whether ``name`` is taken from its sdist only (--package, --no-binary NAME or :all:)."""
+        return name in self.build_names or ALL in self.build_names
+
     # the files behind the candidates
     def candidates(self, name: str, specifier: SpecifierSet) -> list[Candidate]:
         """One candidate per version the specifier allows: its best wheel for the target, else
@@ -374,8 +378,8 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
             version, rank = self._version_and_rank(file, name)
             if version is None or rank is None:
                 continue
-            if name in self.build_names and file.filename.endswith(".whl"):
-                continue  # built from its sdist, as asked
+            if self.sdist_only(name) and file.filename.endswith(".whl"):
+                continue  # built from its sdist, as asked (--package, --no-binary)
             if file.yanked and not pinned:
                 continue
             if allowed is not None and file.sha256 not in allowed:
@@ -506,11 +510,20 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
                 fix="The --hash lines name other files than the index serves: check them "
                 "(pip hash FILE) against the files you mean to install; nothing was downloaded.",
             ) from exc
+        names = {canonicalize_name(c.requirement.requirement.name) for c in causes}
+        sdists = ", ".join(sorted(n for n in names if provider.sdist_only(n)))
         raise ResolutionError(
-            f"No set of versions meets the requirements for this target: {said}",
+            f"No set of versions meets the requirements for this target: {said}"
+            + (f" ({sdists}: only sdists taken, as --package/--no-binary ask)" if sdists else ""),
             fix="No file on the index fits the board (its Python, arch and glibc) for these "
             "versions, or the pins contradict each other: loosen a pin, or add an index that "
-            "has the package (--extra-index-url).",
+            "has the package (--extra-index-url)"
+            + (
+                "; an index without an sdist of it needs its wheel: leave it out of --no-binary"
+                if sdists
+                else ""
+            )
+            + ".",
         ) from exc
     except DockerarchError:
         raise

@@ -3,7 +3,8 @@
 
 The format is pip's: one requirement a line (PEP 508, markers included), ``#`` comments, ``\\``
 continuations, per-line ``--hash=sha256:...``, and the options ``-r``/``--requirement``,
-``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url`` and ``--require-hashes``.
+``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url``, ``--require-hashes`` and
+``--no-binary`` (comma-separated names, ``:all:``, ``:none:``; as pip takes it).
 Anything else pip would take (editable installs, URLs, local paths, ``--find-links``) is refused by
 name and line, never ignored: a set that silently lost a line would install something else on the
 board than the file says.
@@ -45,6 +46,9 @@ class Wants:
     index_url: str | None = None  # None: pip's own default
     extra_index_urls: list[str] = field(default_factory=list)
     require_hashes: bool = False
+    # built from their sdists even where the index has a wheel that fits (pip's --no-binary;
+    # ALL: every package of the set, not the build tools of their build environments)
+    no_binary: set[str] = field(default_factory=set)
 
     def hashes_for(self, name: str) -> frozenset[str] | None:
         """The sha256 digests a file of ``name`` may have (None: any). With --require-hashes a
@@ -60,8 +64,26 @@ class Wants:
 
 _OPTION_WITH_VALUE = {"-r": "requirement", "--requirement": "requirement", "-c": "constraint",
                       "--constraint": "constraint", "-i": "index-url", "--index-url": "index-url",
-                      "--extra-index-url": "extra-index-url"}  # fmt: skip
+                      "--extra-index-url": "extra-index-url", "--no-binary": "no-binary"}  # fmt: skip
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+ALL = ":all:"
+_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508's
+
+
+def add_no_binary(value: str, into: set[str], where: str) -> None:
+    """pip's ``--no-binary`` value into ``into``: comma-separated project names, ``:all:``,
+    ``:none:`` (clears what came before)."""
+    for word in (w.strip() for w in value.split(",")):
+        if word == ":none:":
+            into.clear()
+        elif word == ALL:
+            into.add(ALL)
+        elif word and _NAME.match(word):
+            into.add(canonicalize_name(word))
+        else:
+            raise _bad(where, f"--no-binary {value!r}: {word!r} is not a project name",
+                       "Give project names separated by commas (--no-binary numpy,scipy), "
+                       ":all: or :none:, as pip takes them.")  # fmt: skip
 
 
 def _logical_lines(path: Path) -> list[tuple[int, str]]:
@@ -114,7 +136,7 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
             if kind is None:
                 raise _bad(where, f"dockerarch does not take {option} in a requirements file",
                            "A set takes requirements, -r, -c, -i/--index-url, --extra-index-url, "
-                           "--hash and --require-hashes; build a local project with --package "
+                           "--no-binary, --hash and --require-hashes; build a local project with --package "
                            "./DIR, and put other options on the command line.")  # fmt: skip
             if not value:
                 if len(rest) != 1:
@@ -127,6 +149,8 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
                 read_file(included, wants, constraint=constraint or kind == "constraint", seen=seen)
             elif kind == "index-url":
                 wants.index_url = value
+            elif kind == "no-binary":
+                add_no_binary(value, wants.no_binary, where)
             else:
                 wants.extra_index_urls.append(value)
             continue
@@ -167,10 +191,10 @@ def parse_line(text: str, where: str) -> Wanted:
 
 def read_wants(requirement_files: list[Path], constraint_files: list[Path], packages: list[str],
                *, index_url: str | None = None, extra_index_urls: list[str] | None = None,
-               require_hashes: bool = False,
-               build_constraint_files: list[Path] | None = None) -> Wants:  # fmt: skip
-    """Everything a set is asked for, from the command line's -r, -c, --build-constraint and
-    --package."""
+               require_hashes: bool = False, build_constraint_files: list[Path] | None = None,
+               no_binary: list[str] | None = None) -> Wants:  # fmt: skip
+    """Everything a set is asked for, from the command line's -r, -c, --build-constraint,
+    --no-binary and --package."""
     wants = Wants(require_hashes=require_hashes)
     for path in requirement_files:
         read_file(path, wants)
@@ -180,9 +204,9 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
         # uv's and pip's --build-constraint: pins for every build environment, none for the set
         builds = Wants()
         read_file(path, builds, constraint=True)
-        if builds.index_url or builds.extra_index_urls or builds.require_hashes:
-            raise _bad(str(path), "a build-constraints file names an index or hashes",
-                       "Give indexes and --require-hashes on the command line or in a "
+        if builds.index_url or builds.extra_index_urls or builds.require_hashes or builds.no_binary:
+            raise _bad(str(path), "a build-constraints file names an index, hashes or --no-binary",
+                       "Give indexes, --no-binary and --require-hashes on the command line or in a "
                        "requirements file; a build-constraints file holds pins only.")  # fmt: skip
         wants.build_constraints.extend(builds.constraints)
     for spec in packages:
@@ -190,6 +214,8 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
     if index_url:
         wants.index_url = index_url
     wants.extra_index_urls.extend(extra_index_urls or [])
+    for value in no_binary or []:  # after the files, as pip applies the command line's
+        add_no_binary(value, wants.no_binary, "--no-binary")
     if not wants.requirements:
         raise UsageError(
             "Nothing to build: the requirements given name no package",

@@ -401,6 +401,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "requirements": [f"{w.requirement} ({w.where})" for w in wants.requirements],
         "constraints": [f"{w.requirement} ({w.where})" for w in wants.constraints],
         "build_constraints": [f"{w.requirement} ({w.where})" for w in wants.build_constraints],
+        "no_binary": sorted(wants.no_binary),
         "indexes": [wants.index_url or "pip's default", *wants.extra_index_urls],
         "build_order": made.order,
         "distributions": entries,
@@ -445,6 +446,7 @@ class SetRequest:
     index_url: str | None = None
     extra_index_urls: list[str] = field(default_factory=list)
     require_hashes: bool = False
+    no_binary: list[str] = field(default_factory=list)  # --no-binary values, as pip takes them
     no_deps: bool = False
     name: str | None = None
     test_requires: list[str] = field(default_factory=list)  # installed beside the set for --test
@@ -458,17 +460,18 @@ class SetRequest:
 
         return read_wants(self.requirement_files, self.constraint_files, self.packages,
                           index_url=self.index_url, extra_index_urls=self.extra_index_urls,
-                          require_hashes=self.require_hashes,
+                          require_hashes=self.require_hashes, no_binary=self.no_binary,
                           build_constraint_files=self.build_constraint_files)  # fmt: skip
 
     @property
     def build_names(self) -> frozenset[str]:
-        """--package names are built from their sdists; so is everything with --no-deps."""
+        """--package and --no-binary names are built from their sdists (pyreqs.ALL: every package
+        of the set); so is everything with --no-deps."""
         wants = self.wants
         named = [w.name for w in wants.requirements if w.where == "--package"]
         if self.no_deps:
             named = [w.name for w in wants.requirements]
-        return frozenset(named)
+        return frozenset(named) | wants.no_binary
 
     @property
     def set_name(self) -> str:

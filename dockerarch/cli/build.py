@@ -127,6 +127,7 @@ def build(
     constraint: options.Constraint = None,
     build_constraint: options.BuildConstraint = None,
     no_deps: options.NoDeps = False,
+    no_binary: options.NoBinary = None,
     index_url: options.IndexUrl = None,
     extra_index_url: options.ExtraIndexUrl = None,
     require_hashes: options.RequireHashes = False,
@@ -159,7 +160,7 @@ def build(
         requirement_files=requirement or [], constraint_files=constraint or [],
         build_constraint_files=build_constraint or [], packages=[package] if package else [],
         index_url=index_url, extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
-        no_deps=no_deps, name=set_name, test_requires=test_requires or [],
+        no_deps=no_deps, no_binary=no_binary or [], name=set_name, test_requires=test_requires or [],
         test_command=test_command, test_sources=test_sources,
     )  # fmt: skip
     wanted = asked if is_set(recipe, asked, push=push) else None
@@ -206,9 +207,9 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
                              "FILE (boards pip install it), or push each package's build.")  # fmt: skip
         return True
     if (wanted.test_requires or wanted.test_command or wanted.test_sources or wanted.no_deps
-            or wanted.index_url or wanted.extra_index_urls or wanted.constraint_files
+            or wanted.no_binary or wanted.index_url or wanted.extra_index_urls or wanted.constraint_files
             or wanted.build_constraint_files or wanted.require_hashes or wanted.name):  # fmt: skip
-        raise UsageError("--no-deps, -c, --build-constraint, --index-url, --extra-index-url, "
+        raise UsageError("--no-deps, --no-binary, -c, --build-constraint, --index-url, --extra-index-url, "
                          "--require-hashes, --name and the --test options go with a wheel set: "
                          "build wheel -r FILE, or --package NAME from an index",
                          fix="Give -r requirements.txt or a --package spec (not a directory).")  # fmt: skip

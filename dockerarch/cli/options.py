@@ -68,6 +68,15 @@ NoDeps = Annotated[
         "the board (said before anything is built).",
     ),
 ]
+NoBinary = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--no-binary",
+        metavar="NAMES",
+        help="With -r or --package: build these from their sdists even where the index has a "
+        "wheel for the board (comma-separated names, :all:, :none:; repeatable), as pip's.",
+    ),
+]
 IndexUrl = Annotated[
     str | None,
     typer.Option("--index-url", "-i", help="With -r: the index to resolve from (pip's default)."),

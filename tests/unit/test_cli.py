@@ -155,8 +155,10 @@ def test_import_img_makes_the_base_of_one_target(
 
 
 @pytest.mark.parametrize(
-    "option", [["--build-constraint", "b.txt"], ["-c", "c.txt"], ["--no-deps"], ["--name", "x"]]
-)
+    "option",
+    [["--build-constraint", "b.txt"], ["-c", "c.txt"], ["--no-deps"], ["--name", "x"],
+     ["--no-binary", "numpy"]],
+)  # fmt: skip
 def test_set_options_without_a_set_are_refused(
     option: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -250,6 +250,55 @@ def test_a_build_constraints_file_holds_pins_only(tmp_path: Path) -> None:
     assert "b.txt" in err.value.problem and "pins only" in err.value.fix
 
 
+def test_no_binary_is_read_as_pip_reads_it(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text("six\n--no-binary NumPy,six\n--no-binary=:none:\n"
+                                    "--no-binary scipy\n")  # fmt: skip
+    wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [], no_binary=["Pandas", ":all:"])
+    assert wants.no_binary == {"scipy", "pandas", pyreqs.ALL}  # :none: cleared what came before
+    with pytest.raises(UsageError) as err:
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [], no_binary=["numpy,not a name"])
+    assert "'not a name' is not a project name" in err.value.problem and ":all:" in err.value.fix
+    (tmp_path / "b.txt").write_text("--no-binary numpy\n")
+    with pytest.raises(UsageError, match="--no-binary"):
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"])
+
+
+def test_no_binary_builds_from_the_sdist_what_has_a_wheel_for_the_board(tmp_path: Path) -> None:
+    # app needs pure; pure 1.0 has a wheel for every board and its sdist: fetched, unless
+    # --no-binary names it (or :all:); the build tools of the build environments stay wheels
+    build = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    app = "Metadata-Version: 2.2\nName: app\nVersion: 1.0\nRequires-Dist: pure\n"
+    pure = '[project]\nname = "pure"\nversion = "1.0"\n'
+    index = FakeIndex(
+        {"app": {"app-1.0.tar.gz": sdist_bytes("app", build, app),
+                 "app-1.0-py3-none-any.whl": b"a"},
+         "pure": {"pure-1.0.tar.gz": sdist_bytes("pure", build + pure),
+                  "pure-1.0-py3-none-any.whl": b"p"},
+         "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"st"},
+         "wheel": {"wheel-0.45.0-py3-none-any.whl": b"w"}},
+        {"app-1.0-py3-none-any.whl": app, "wheel-0.45.0-py3-none-any.whl": META.format(name="wheel", version="0.45.0"),
+         "pure-1.0-py3-none-any.whl": META.format(name="pure", version="1.0") + "\n",
+         "setuptools-80.0.0-py3-none-any.whl": META.format(name="setuptools", version="80.0.0")},
+    )  # fmt: skip
+
+    def wheels(names: frozenset[str], where: str) -> dict[str, bool]:
+        wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
+                             requirements=[pyreqs.parse_line("app", "r.txt:1")])  # fmt: skip
+        indexes = closure.Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
+        found = closure.resolve(wants, ARMV7, indexes, build_names=names)
+        return {key: r.candidate.is_wheel for key, r in found.items()}
+
+    assert wheels(frozenset(), "a") == {"app==1.0": True, "pure==1.0": True}
+    tools = {"setuptools==80.0.0": True, "wheel==0.45.0": True}
+    assert wheels(frozenset({"pure"}), "b") == {"app==1.0": True, "pure==1.0": False, **tools}
+    assert wheels(frozenset({pyreqs.ALL}), "c") == {"app==1.0": False, "pure==1.0": False, **tools}
+    del index.files["pure"]["pure-1.0.tar.gz"]  # a wheel only: --no-binary cannot be met
+    with pytest.raises(closure.ResolutionError) as err:
+        wheels(frozenset({"pure"}), "d")
+    assert "pure: only sdists taken, as --package/--no-binary ask" in err.value.problem
+    assert "leave it out of --no-binary" in err.value.fix
+
+
 def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
     with pytest.raises(closure.ResolutionError, match="six>=2"):
         resolve(index, tmp_path, "six>=2")
