@@ -184,6 +184,42 @@ def test_the_artifacts_are_those_of_a_local_build(
         assert elf_shape(farmed[so]) == elf_shape(here[so]), target
 
 
+def test_the_team_cache_comes_before_the_farm(servers: list[str], tmp_path: Path) -> None:
+    """With --farm and a shared compiler cache: what no machine compiled goes to the farm (and
+    into the cache); the same build on a fresh machine sends the farm nothing, every object a
+    remote hit, and makes the same wheel."""
+    (tmp_path / "registry.yaml").write_text(
+        "compiler_cache: {url: 'http://127.0.0.1:3142/ccache/'}\n"
+    )
+    env = {"DOCKERARCH_REGISTRY_CONFIG": str(tmp_path / "registry.yaml")}
+    project = write_project(tmp_path / "project", salt=random.randrange(1 << 30), funcs=8)
+
+    def farmed(out: Path, *args: str) -> tuple[str, dict[str, list[str]]]:
+        before = {a: server_log(a) for a in servers}
+        done = dockerarch("build", "wheel", "--package", str(project), "--arch", "armv7", "--no-smoke",
+                          "--out", str(out), "--farm", ",".join(servers), *args, env=env,
+                          timeout=3600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        grown = {
+            a: compiled(server_log(a)[len(before[a]) :], ARCHES["debian-armv7"]) for a in servers
+        }
+        return " ".join(done.stderr.split()), grown
+
+    first, sent_to = farmed(tmp_path / "a")
+    assert sum(len(files) for files in sent_to.values()) > 0, first[-2000:]
+    assert re.search(r"shared compiler cache \S+: 0 local hits, 0 remote hits, [1-9]\d* compiled, "
+                     r"[1-9]\d* objects sent", first), first[-2000:]  # fmt: skip
+    again, sent_to = farmed(tmp_path / "b", "--no-cache")  # every local cache empty
+    assert sent_to == {a: [] for a in servers}, sent_to  # the farm got nothing to compile
+    found = re.search(
+        r"shared compiler cache \S+: 0 local hits, (\d+) remote hits, 0 compiled", again
+    )
+    assert found and int(found.group(1)) >= PARTS + 1, again[-2000:]
+    assert wheel_files(tmp_path / "b", "debian-armv7") == wheel_files(
+        tmp_path / "a", "debian-armv7"
+    )
+
+
 def test_a_server_killed_mid_build_is_said_and_its_work_done_again(
     servers: list[str], tmp_path: Path
 ) -> None:
