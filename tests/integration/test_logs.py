@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import dockerarch
 
 TEMPLATE = """\
@@ -35,3 +37,29 @@ def test_a_step_past_two_mebibytes_of_output_keeps_its_log_and_progress(tmp_path
     assert log.count("chatter ") >= 30000 and len(log) > 3 * 2**20
     assert "[4/4] Building C object after-the-limit-4.o" in log
     assert "[4/4]" in done.stderr  # the progress saw the count
+
+
+def test_forty_megabytes_of_progress_stream_through_in_one_pass() -> None:
+    """buildx's progress reaches dockerarch through engine.stream_stdout_and_stderr (installed
+    over python-on-whales' own, whose `full_stderr += line` copies the whole log for every line:
+    a 40 MB log took it tens of minutes after buildx had ended). Every line arrives, in order,
+    and a failure still raises python-on-whales' exception with the whole stderr."""
+    from python_on_whales.components.buildx import cli_wrapper
+    from python_on_whales.exceptions import DockerException
+
+    from dockerarch import engine
+
+    engine._linear_streams()
+    assert cli_wrapper.stream_stdout_and_stderr is engine.stream_stdout_and_stderr
+    lines = 400_000  # 100 bytes each, on stderr as buildx's plain progress is
+    script = (f"i=0; while [ $i -lt {lines} ]; do "
+              'printf "#12 1.0 %091d\\n" $i >&2; i=$((i+1)); done; echo done; exit 3')  # fmt: skip
+    seen, count, last = 0, 0, b""
+    with pytest.raises(DockerException) as err:
+        for name, line in cli_wrapper.stream_stdout_and_stderr(["sh", "-c", script]):
+            if name == "stderr":
+                count += 1
+                seen += len(line)
+                last = line
+    assert count == lines and seen == lines * 100 and last.strip().endswith(b"%d" % (lines - 1))
+    assert err.value.return_code == 3 and len(err.value.stderr) == lines * 100

@@ -6,6 +6,10 @@ an upgrade is a decision, never a surprise in a user's push.
   without its own retry decorator: registry.RETRIES is the policy) and ``BasicAuth._basic_auth``
   (what it found in docker's store: nothing there for a basic-auth registry means nobody logged
   in).
+- python-on-whales (the Docker client): buildx's module streams a build's output through the
+  name ``stream_stdout_and_stderr`` it imported from its utils, which dockerarch replaces with
+  its own linear one (engine.stream_stdout_and_stderr; upstream's copies the whole log for each
+  line), raising the exception ``utils.get_docker_exception_type`` picks.
 - pip (the host's, and Debian's in the toolchain stage, which the base pins):
   ``pip._internal.models.index.PyPI``, pip's default index, which dockerarch never writes.
 """
@@ -31,6 +35,22 @@ PYPROJECT = Path(dockerarch.__file__).parents[1] / "pyproject.toml"
 def test_oras_is_pinned_to_the_version_these_tests_read() -> None:
     assert '"oras==0.2.43"' in PYPROJECT.read_text()
     assert version("oras") == "0.2.43"
+
+
+def test_python_on_whales_is_pinned_and_buildx_streams_through_the_replaced_name() -> None:
+    from python_on_whales import utils
+    from python_on_whales.components.buildx import cli_wrapper
+
+    assert '"python-on-whales==0.81.0"' in PYPROJECT.read_text()
+    assert version("python-on-whales") == "0.81.0"
+    # build(stream_logs=True) -> stream_buildx_logs -> the module-level name dockerarch replaces
+    assert "stream_buildx_logs(full_cmd" in inspect.getsource(cli_wrapper.BuildxCLI.build)
+    assert "stream_stdout_and_stderr(full_cmd, env=env)" in inspect.getsource(
+        cli_wrapper.stream_buildx_logs
+    )
+    upstream = inspect.signature(utils.stream_stdout_and_stderr)
+    assert list(upstream.parameters) == ["full_cmd", "env", "pass_fds"]
+    assert list(inspect.signature(utils.get_docker_exception_type).parameters) == ["output"]
 
 
 def test_oras_one_try_of_a_request_is_its_wrapped_do_request() -> None:
