@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidName, canonicalize_name
 
 from dockerarch.errors import UsageError
 
@@ -67,7 +67,6 @@ _OPTION_WITH_VALUE = {"-r": "requirement", "--requirement": "requirement", "-c":
                       "--extra-index-url": "extra-index-url", "--no-binary": "no-binary"}  # fmt: skip
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 ALL = ":all:"
-_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508's
 
 
 def add_no_binary(value: str, into: set[str], where: str) -> None:
@@ -78,12 +77,13 @@ def add_no_binary(value: str, into: set[str], where: str) -> None:
             into.clear()
         elif word == ALL:
             into.add(ALL)
-        elif word and _NAME.match(word):
-            into.add(canonicalize_name(word))
         else:
-            raise _bad(where, f"--no-binary {value!r}: {word!r} is not a project name",
-                       "Give project names separated by commas (--no-binary numpy,scipy), "
-                       ":all: or :none:, as pip takes them.")  # fmt: skip
+            try:
+                into.add(canonicalize_name(word, validate=True))
+            except InvalidName:
+                raise _bad(where, f"--no-binary {value!r}: {word!r} is not a project name",
+                           "Give project names separated by commas (--no-binary numpy,scipy), "
+                           ":all: or :none:, as pip takes them.") from None  # fmt: skip
 
 
 def _logical_lines(path: Path) -> list[tuple[int, str]]:
