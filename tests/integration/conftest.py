@@ -30,8 +30,19 @@ def dockerarch(
     )
 
 
+def _dangling_images() -> set[str]:
+    listed = subprocess.run(
+        ["docker", "images", "--quiet", "--no-trunc", "--filter", "dangling=true"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return set(listed.stdout.split()) if listed.returncode == 0 else set()
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _host_is_set_up() -> None:
+def _host_is_set_up() -> Iterator[None]:
+    """Fails the run on a machine that is not set up; at its end, removes the images this run
+    left untagged (every run retags its test images and rebuilds the farm's), so that runs on one
+    machine do not fill its disk, and leaves every image that was there before alone."""
     answer = subprocess.run(
         ["docker", "version", "--format", "{{.Server.Version}}"],
         capture_output=True, text=True, timeout=30, check=False,
@@ -41,6 +52,11 @@ def _host_is_set_up() -> None:
             "No Docker daemon answers: run scripts/setup-host (make test does) before the "
             f"integration tests.\n{answer.stderr}"
         )
+    before = _dangling_images()
+    yield
+    left = sorted(_dangling_images() - before)
+    if left:  # an image still used by a container stays: rmi refuses it, and that is right
+        subprocess.run(["docker", "rmi", *left], capture_output=True, timeout=600, check=False)
 
 
 CEXT = REPO / "tests" / "fixtures" / "cext"
