@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
@@ -312,6 +313,42 @@ def prepare_context(context: Path) -> None:
     pages beside fetch-sdist (one reader for the host and the build)."""
     shutil.copytree(DATA, context / CONTEXT_DIR)
     shutil.copy2(Path(__file__).with_name("simple_api.py"), context / CONTEXT_DIR / "simple_api.py")
+
+
+# The stages a hybrid build takes from this machine's toolchain image (toolchain_image) in place
+# of building them: the x86-64 Python of the emulated stages' installs, and the cross toolchain.
+NATIVE_STAGES = ("native-python", "toolchain")
+
+
+def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
+    """The sha256 of everything NATIVE_STAGES are made from: their text in the rendered
+    Dockerfile (the apt packages, uv's version, the drivers, the collect step), every file of
+    the toolchain's context they bind, and the amd64 base's image id. Two builds with the same
+    key get the same stages, so one image serves every recipe and target that shares them."""
+    digest = hashlib.sha256(f"base {base_id}\n".encode())
+    for name in NATIVE_STAGES:
+        digest.update(f"stage {name}\n{stage_text(dockerfile, name)}\n".encode())
+    root = context / CONTEXT_DIR
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(
+            f"file {path.relative_to(root).as_posix()} {path.stat().st_mode & 0o111:o}\n".encode()
+        )
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def stage_text(dockerfile: str, name: str) -> str:
+    """The lines of stage ``name`` (its FROM line up to the next stage's), comments left out."""
+    lines: list[str] = []
+    inside = False
+    for line in dockerfile.splitlines():
+        if line.startswith("FROM "):
+            inside = line.split()[-1] == name and line.split()[-2].upper() == "AS"
+        if inside and not line.startswith("#"):
+            lines.append(line)
+    if not lines:
+        raise ValueError(f"the Dockerfile has no stage {name}")
+    return "\n".join(lines)
 
 
 LOG_STAGE = "toolchain-log"  # a hybrid build's export: the artifacts and, beside them, LOG_EXPORT

@@ -101,6 +101,8 @@ class JobState:
     started: float = field(default_factory=time.monotonic)
     contexts: dict[str, str] = field(default_factory=dict)  # named build contexts
     base_id: str | None = None
+    toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
+    toolchain_image: str | None = None  # the image that gives this build its native stages
     cache_ref: str | None = None
     toolchain_log: Path | None = None
     drivers: accel.DriverReport | None = None
@@ -151,7 +153,9 @@ def ensure_base(job: JobState) -> None:
             job.say(f"copying the base {tag} to node {route.builder}")
             job.engine.copy_image(tag, route.context)
     if request.toolchain is not None:
-        _local_base(job, request.toolchain.base_target, request.toolchain.base_image)
+        job.toolchain_base_id, _ = _local_base(
+            job, request.toolchain.base_target, request.toolchain.base_image
+        )
 
 
 def source_date_epoch(base_labels: dict[str, str]) -> int | None:
@@ -195,6 +199,35 @@ def prepare_context(job: JobState) -> None:
             out.write(remote.storage() + "\n")
 
 
+_TOOLCHAIN_LOCKS: dict[str, threading.Lock] = {}  # one build of each toolchain image at a time
+
+
+def toolchain_image(job: JobState) -> None:
+    """A hybrid build's native stages (the x86-64 Python, the cross toolchain, uv, the native
+    drivers) come from an image of this machine's, tagged with the sha256 of everything they are
+    made from (accel.toolchain_key): built once, like a base, then given to every build that
+    needs the same in place of those stages. A cold build (--no-cache) rebuilds the package, not
+    the compilers: with the key, a changed package list, driver or script is a new image."""
+    toolchain = job.request.toolchain
+    if toolchain is None or job.route.context is not None or job.toolchain_base_id is None:
+        return  # a remote node builds its stages itself
+    dockerfile = (job.context / "Dockerfile").read_text()
+    key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
+    tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
+    with _TOOLCHAIN_LOCKS.setdefault(tag, threading.Lock()):
+        if job.engine.image_labels(tag) is None:
+            spec = BuildSpec(context_dir=job.context, platform="linux/amd64", stage="toolchain",
+                             load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
+                             build_contexts=job.contexts)  # fmt: skip
+            began = time.monotonic()
+            stream(job, spec, "toolchain image (once per machine)")
+            job.say(f"toolchain image {tag} made in {time.monotonic() - began:.0f} s: "
+                    "builds that need the same toolchain start from it")  # fmt: skip
+    job.toolchain_image = tag
+    for stage in accel.NATIVE_STAGES:
+        job.contexts[stage] = f"docker-image://{tag}"
+
+
 def use_farm(job: JobState) -> None:
     """--farm: this build's own toolchain stage (amd64, cached from the build) compiles a probe
     on each server alone; those that answer with the same toolchain take compiles, through a
@@ -209,11 +242,13 @@ def use_farm(job: JobState) -> None:
     if job.route.context is not None:
         job.say(f"farm not used: the build runs on node '{job.route.builder}'")
         return
-    tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/toolchain:{job.target}".lower())
-    spec = BuildSpec(context_dir=job.context, platform="linux/amd64",  # the stage's own
-                     stage="toolchain", load_tag=tag, secrets=job.options.secrets,
-                     cache=job.options.cache, build_contexts=job.contexts)  # fmt: skip
-    stream(job, spec, "toolchain for the farm")
+    tag = job.toolchain_image
+    if tag is None:  # the stage's own, built for the probe
+        tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/toolchain:{job.target}".lower())
+        spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
+                         stage="toolchain", load_tag=tag, secrets=job.options.secrets,
+                         cache=job.options.cache, build_contexts=job.contexts)  # fmt: skip
+        stream(job, spec, "toolchain for the farm")
     loopback = any(s.loopback for s in servers)
     code, output = job.engine.run_in_image(
         tag, "linux/amd64", farm_module.probe_command(servers, toolchain.triplet),
@@ -436,7 +471,11 @@ def write_manifest(job: JobState) -> None:
         "version": request.version,
         "package": request.package.spec if request.package else None,
         "source": request.source.record() if request.source else None,
-        "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
+        "uses": {
+            k: v for k, v in job.contexts.items() if k != "source" and k not in accel.NATIVE_STAGES
+        }
+        or None,
+        "toolchain_image": job.toolchain_image,
         "options": job.built_options or request.built_options,
         "target": job.target,
         "platform": request.target.platform,
@@ -465,6 +504,7 @@ SMOKE_TIMEOUT = 1800  # seconds: torch's smoke test takes about 5 minutes under 
 STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("ensure base", ensure_base),
     ("prepare context", prepare_context),
+    ("toolchain image", toolchain_image),
     ("farm", use_farm),
     ("build artifacts", build_artifacts),
     ("verify", verify),

@@ -1,0 +1,152 @@
+"""A hybrid build's native stages from a machine-wide toolchain image (buildsteps.toolchain_image):
+keyed by what they are made from, built once, given to the build in their place, and used by the
+farm's probe; against a stand-in engine."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dockerarch import accel, builders, buildsteps
+from dockerarch.accel import Decision
+from dockerarch.config import FarmServer
+from dockerarch.engine import BuildSpec
+from dockerarch.errors import EngineError
+from dockerarch.render import for_generate, plan
+
+BASE = "sha256:" + "1" * 64
+
+
+class FakeEngine:
+    """Has the images in ``images``; a build of a loaded tag adds it."""
+
+    def __init__(self, images: set[str] | None = None) -> None:
+        self.images = set(images or ())
+        self.built: list[BuildSpec] = []
+        self.probed: list[str] = []
+
+    def image_labels(
+        self, reference: str, context: str | None = None
+    ) -> tuple[str, dict[str, str]] | None:
+        return ("sha256:" + "2" * 64, {}) if reference in self.images else None
+
+    def copy_image(self, reference: str, to_context: str) -> None:
+        raise AssertionError("no copy")
+
+    def build_lines(self, spec: BuildSpec) -> Iterator[str]:
+        self.built.append(spec)
+        if spec.load_tag:
+            self.images.add(spec.load_tag)
+        return iter(())
+
+    def run_in_image(self, image: str, platform: str, command: str, context: str | None = None,
+                     timeout: int | None = None, network: str | None = None,
+                     volumes: tuple[tuple[str, str], ...] = ()) -> tuple[int, str]:  # fmt: skip
+        self.probed.append(image)
+        return 1, "no servers here\n"
+
+
+def job(tmp_path: Path, engine: FakeEngine, *, recipe: str = "qpulib", node: bool = False,
+        farm: tuple[FarmServer, ...] = ()) -> tuple[buildsteps.JobState, list[str]]:  # fmt: skip
+    (request,) = plan(recipe, arch="armv7", target=None, version=None, package=None, settings={})
+    request = for_generate(request, "hybrid")
+    route = builders.Route(builder="pi" if node else builders.LOCAL, context="pi" if node else None,
+                           endpoint="unix:///x", accel="qemu")  # fmt: skip
+    said: list[str] = []
+    work = tmp_path / f"work-{len(list(tmp_path.iterdir()))}"
+    work.mkdir()
+    state = buildsteps.JobState(
+        request=request, route=route, decision=Decision(accel="hybrid", toolchain=request.toolchain),
+        options=buildsteps.BuildOptions(out=tmp_path, farm=farm, cache=False),
+        engine=engine, work=work, log=io.StringIO(), say=said.append,
+        step=lambda _s: None, count=lambda *_a: None,
+    )  # fmt: skip
+    state.toolchain_base_id = BASE
+    buildsteps.prepare_context(state)
+    return state, said
+
+
+def test_the_first_build_makes_the_image_and_takes_its_native_stages_from_it(
+    tmp_path: Path,
+) -> None:
+    engine = FakeEngine()
+    state, said = job(tmp_path, engine)
+    buildsteps.toolchain_image(state)
+    (spec,) = engine.built
+    assert (spec.stage, spec.platform, spec.cache) == ("toolchain", "linux/amd64", False)
+    tag = spec.load_tag
+    assert tag is not None and tag.startswith("dockerarch/toolchain:arm-linux-gnueabihf-gcc12-")
+    assert state.toolchain_image == tag
+    assert {k: v for k, v in state.contexts.items() if k in accel.NATIVE_STAGES} == {
+        "native-python": f"docker-image://{tag}", "toolchain": f"docker-image://{tag}"
+    }  # fmt: skip
+    assert any(tag in line and "made in" in line for line in said), said
+
+    # Another build with the same toolchain (even with --no-cache) builds no stage of it again.
+    again, _ = job(tmp_path, engine, recipe="qpulib")
+    buildsteps.toolchain_image(again)
+    assert len(engine.built) == 1 and again.toolchain_image == tag
+
+
+def test_a_build_on_a_node_builds_its_own_stages(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    state, _ = job(tmp_path, engine, node=True)
+    buildsteps.toolchain_image(state)
+    assert engine.built == [] and state.toolchain_image is None
+    assert not set(state.contexts) & set(accel.NATIVE_STAGES)
+
+
+def test_the_farm_probes_with_the_toolchain_image(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    state, _ = job(tmp_path, engine, farm=(FarmServer("10.0.0.5"),))
+    buildsteps.toolchain_image(state)
+    with pytest.raises(EngineError, match="Probing the farm with dockerarch/toolchain:"):
+        buildsteps.use_farm(state)  # the stand-in's probe fails; what matters is what it ran
+    assert engine.probed == [state.toolchain_image] and len(engine.built) == 1
+
+
+DOCKERFILE = """\
+# Generated
+FROM --platform=linux/amd64 base AS native-python
+RUN apt-get install python3
+
+# a comment that moves
+FROM native-python AS toolchain
+RUN apt-get install gcc-arm-linux-gnueabihf
+RUN sh /dockerarch/collect-toolchain
+
+FROM target AS build
+RUN make
+"""
+
+
+def key(tmp_path: Path, dockerfile: str = DOCKERFILE, base: str = BASE) -> str:
+    return accel.toolchain_key(dockerfile, tmp_path, base)
+
+
+def test_the_key_follows_what_the_native_stages_are_made_from(tmp_path: Path) -> None:
+    scripts = tmp_path / accel.CONTEXT_DIR
+    scripts.mkdir()
+    (scripts / "collect-toolchain").write_text("echo one\n")
+    first = key(tmp_path)
+    assert key(tmp_path) == first
+    # Not the build's own stages, not comments.
+    assert key(tmp_path, DOCKERFILE.replace("make", "ninja")) == first
+    assert key(tmp_path, DOCKERFILE.replace("that moves", "elsewhere")) == first
+    # The packages, another base, a script of the context: another image.
+    assert key(tmp_path, DOCKERFILE.replace("gcc-arm", "g++-arm")) != first
+    assert key(tmp_path, DOCKERFILE.replace("python3", "python3 python3-yaml")) != first
+    assert key(tmp_path, base="sha256:" + "3" * 64) != first
+    (scripts / "collect-toolchain").write_text("echo two\n")
+    assert key(tmp_path) != first
+    (scripts / "collect-toolchain").write_text("echo one\n")
+    (scripts / "collect-toolchain").chmod(0o755)
+    assert key(tmp_path) != first
+
+
+def test_a_dockerfile_without_the_stages_has_no_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no stage toolchain"):
+        key(tmp_path, DOCKERFILE.replace("AS toolchain", "AS tools"))
