@@ -504,10 +504,18 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     output = [line for line in first.splitlines() if line.split(" ", 1)[0][1:] in steps]
     assert len(steps) == 2 and any("Setting up python3 " in line for line in output), steps
     assert not any("debconf: delaying package configuration" in line for line in output), output
-    assert "debconf: delaying package configuration" in first
+    # The native stages came from the machine's toolchain image, even with --no-cache: no step of
+    # theirs ran, and the image the manifest names is there.
+    data = manifest(result)
+    assert str(data["toolchain_image"]).startswith(
+        "dockerarch/toolchain:arm-linux-gnueabihf-gcc12-"
+    )
+    assert not re.search(r"^#\d+ \[(toolchain|native-python) \d+/\d+\]", log, re.M), log[:3000]
+    subprocess.run(["docker", "image", "inspect", str(data["toolchain_image"])], check=True,
+                   capture_output=True)  # fmt: skip
     # What it leaves is what the emulated apt leaves: a consistent dpkg database the board's own
     # apt reads and trusts, python3 marked as asked for and its libraries as automatic.
-    image = manifest(result)["image"]["tag"]  # type: ignore[index]
+    image = data["image"]["tag"]  # type: ignore[index]
     check = (
         "dpkg --audit; apt-get check -qq && echo check-ok; ls -d /tmp/dockerarch-apt.* 2>/dev/null;"
         " echo manual: $(apt-mark showmanual); echo auto: $(apt-mark showauto);"
