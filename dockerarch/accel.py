@@ -315,9 +315,12 @@ def prepare_context(context: Path) -> None:
     shutil.copy2(Path(__file__).with_name("simple_api.py"), context / CONTEXT_DIR / "simple_api.py")
 
 
-# The stages a hybrid build takes from this machine's toolchain image (toolchain_image) in place
-# of building them: the x86-64 Python of the emulated stages' installs, and the cross toolchain.
-NATIVE_STAGES = ("native-python", "toolchain")
+# The stages a hybrid build takes from this machine's toolchain image (buildsteps.toolchain_image)
+# in place of building them: the x86-64 Python of the emulated stages' installs, and the cross
+# toolchain. The layout's stages `native-python` and `toolchain` are FROM the image named by
+# these build arguments, or by default the stages built in the same Dockerfile.
+NATIVE_STAGES = ("native-python-stage", "toolchain-stage")
+NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 
 
 def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:

@@ -100,6 +100,7 @@ class JobState:
     count: Callable[[str, int, int, str], None]
     started: float = field(default_factory=time.monotonic)
     contexts: dict[str, str] = field(default_factory=dict)  # named build contexts
+    build_args: dict[str, str] = field(default_factory=dict)  # of every buildx invocation
     base_id: str | None = None
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
     toolchain_image: str | None = None  # the image that gives this build its native stages
@@ -216,16 +217,15 @@ def toolchain_image(job: JobState) -> None:
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
     with _TOOLCHAIN_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
-            spec = BuildSpec(context_dir=job.context, platform="linux/amd64", stage="toolchain",
-                             load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
+            spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
+                             stage=accel.NATIVE_STAGES[-1], load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
                              build_contexts=job.contexts)  # fmt: skip
             began = time.monotonic()
             stream(job, spec, "toolchain image (once per machine)")
             job.say(f"toolchain image {tag} made in {time.monotonic() - began:.0f} s: "
                     "builds that need the same toolchain start from it")  # fmt: skip
     job.toolchain_image = tag
-    for stage in accel.NATIVE_STAGES:
-        job.contexts[stage] = f"docker-image://{tag}"
+    job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
 
 
 def use_farm(job: JobState) -> None:
@@ -471,10 +471,7 @@ def write_manifest(job: JobState) -> None:
         "version": request.version,
         "package": request.package.spec if request.package else None,
         "source": request.source.record() if request.source else None,
-        "uses": {
-            k: v for k, v in job.contexts.items() if k != "source" and k not in accel.NATIVE_STAGES
-        }
-        or None,
+        "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
         "toolchain_image": job.toolchain_image,
         "options": job.built_options or request.built_options,
         "target": job.target,
@@ -551,9 +548,11 @@ class SmokeFailed(DockerarchError):
 def stream(job: JobState, spec: BuildSpec, first: str) -> None:
     """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
     job.step(first)
+    args = {**job.build_args, **(spec.build_args or {})}
     if job.source_date_epoch is not None:  # every invocation the same, or none share a cache
-        spec = dataclasses.replace(spec, build_args={
-            **(spec.build_args or {}), "SOURCE_DATE_EPOCH": str(job.source_date_epoch)})  # fmt: skip
+        args["SOURCE_DATE_EPOCH"] = str(job.source_date_epoch)
+    if args:
+        spec = dataclasses.replace(spec, build_args=args)
     tracker = steps.StepTracker()
     subject = job.request.result_name.rsplit("-", 1)[0]
     job.log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")

@@ -45,8 +45,8 @@ def describe(title: str, *, subject: str = "") -> str:
     stage, command = match.group("stage"), match.group("command")
     words = _describe(stage, command, subject or "it")
     where = {
-        "toolchain": "native toolchain: ",
-        "native-python": "native Python: ",
+        "toolchain-stage": "native toolchain: ",
+        "native-python-stage": "native Python: ",
         "package-lists": "native apt: ",
     }.get(stage, "")
     return where + words

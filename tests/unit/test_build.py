@@ -138,7 +138,7 @@ def test_a_cached_step_whose_log_buildkit_replays_is_not_announced() -> None:
     now = [100.0]
     tracker = steps.StepTracker(clock=lambda: now[0])
     replay = [
-        "#3 [toolchain 2/4] RUN apt-get install -y --no-install-recommends gcc",
+        "#3 [toolchain-stage 2/4] RUN apt-get install -y --no-install-recommends gcc",
         "#3 0.101 Reading package lists...",  # early lines of a replay look like work...
         "#3 16.52 Setting up gcc (4:12.2.0-3) ...",  # ...until a stamp the clock cannot reach
         "#3 DONE 16.7s",

@@ -90,8 +90,13 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     artifacts, rest = rest.split("FROM artifacts AS toolchain-log\n")
     log_stage, runtime = rest.split("FROM runtime-base AS runtime\n")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
-    assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python\n" in head
-    assert "FROM native-python AS toolchain\n" in head
+    assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python-stage\n" in head
+    assert "FROM native-python-stage AS toolchain-stage\n" in head
+    # ... which dockerarch build takes from the machine's toolchain image (by default built here).
+    assert text.startswith("# Generated") and "\nARG DOCKERARCH_TOOLCHAIN=toolchain-stage\n" in head
+    assert head.index("ARG DOCKERARCH_TOOLCHAIN=") < head.index("\nFROM ")
+    assert "FROM --platform=linux/amd64 ${DOCKERARCH_TOOLCHAIN} AS toolchain\n" in head
+    assert "FROM --platform=linux/amd64 ${DOCKERARCH_NATIVE_PYTHON} AS native-python\n" in head
     # The target's package lists are fetched by the x86-64 apt, with the target's own /etc/apt,
     # into the target's lists cache.
     lists = head[head.index("AS package-lists\n") :]

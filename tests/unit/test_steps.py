@@ -95,7 +95,7 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
         ),
         ("[build 3/9] RUN echo one two three", "echo one two three"),
         (
-            "[toolchain 3/4] RUN --mount=type=bind,source=x,target=/dockerarch     python3"
+            "[toolchain-stage 3/4] RUN --mount=type=bind,source=x,target=/dockerarch     python3"
             " /dockerarch/native-wheels /toolchain/usr/lib/dockerarch/wheels cmake ninja",
             "native toolchain: fetching the native cmake, ninja wheels",
         ),
