@@ -61,7 +61,8 @@ def build(
         typer.Option(
             "--no-cache",
             help="Cold build: no cached step, and the target's package caches (apt, pip, uv, "
-            "ccache) start empty, for later builds too.",
+            "ccache) start empty, for later builds too. The machine's bases and toolchain "
+            "images stay (docs/build.md).",
         ),
     ] = False,
     smoke: Annotated[
