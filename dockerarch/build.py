@@ -164,12 +164,18 @@ def plan_accel(
     from dockerarch.targets import load_targets
 
     targets = load_targets()
-    known: dict[tuple[str, str], bool] = {}
+    wanted: dict[str, list[str]] = {}  # suite: the cross packages any of these builds may ask for
+    for r in requests:
+        base = accel.toolchain_base(r.target, targets)
+        if base.arch != r.target.arch:
+            wanted.setdefault(base.suite, []).extend(
+                accel.cross_packages(r.target.triplet, r.target.gcc, fortran=True)
+            )
+    for suite, packages in wanted.items():  # one apt-cache run per suite, not one per package
+        accel.host_apt_has_all(packages, suite)
 
     def available(package: str, suite: str) -> bool:
-        if (package, suite) not in known:
-            known[package, suite] = accel.host_apt_has(package, suite)
-        return known[package, suite]
+        return accel.host_apt_has(package, suite)
 
     return [
         accel.decide(
