@@ -580,18 +580,29 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
                          asked_by="--test-requires"):  # fmt: skip
             node.test = True
     complete_builds(found, [r for r in found.values() if not r.candidate.is_wheel], target,
-                    indexes, say=say, constraints=constraints_for(wants.build_constraints, target))  # fmt: skip
+                    indexes, say=say, constraints=constraints_for(wants.build_constraints, target),
+                    build_names=build_env_sdists(wants))  # fmt: skip
     return found
+
+
+def build_env_sdists(wants: Wants) -> frozenset[str]:
+    """What build environments take from sdists: the names --no-binary gives, as pip applies them
+    to build environments too (a like-for-like amd64 build of what armv7 must compile, cffi
+    for zstandard, names it). Not `:all:`: the build tools themselves (setuptools, wheel) stay
+    wheels, or no build could start."""
+    return frozenset(wants.no_binary) - {ALL}
 
 
 def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target: PythonTarget,
                     indexes: Indexes, *, say: Say | None = None,
                     extra: Mapping[str, Sequence[str]] | None = None,
-                    constraints: Mapping[str, SpecifierSet] | None = None) -> list[Resolved]:  # fmt: skip
+                    constraints: Mapping[str, SpecifierSet] | None = None,
+                    build_names: frozenset[str] = frozenset()) -> list[Resolved]:  # fmt: skip
     """Resolve the build environment of each sdist in ``pending`` (its static build
     requirements, with ``extra[key]`` besides: what its build asked for on its own), and of each
     sdist that adds, recursively, preferring versions ``found`` holds and keeping to
-    ``constraints`` (--build-constraint's); the new nodes."""
+    ``constraints`` (--build-constraint's) and taking ``build_names`` from their sdists
+    (build_env_sdists); the new nodes."""
     done: set[str] = set()
     new: list[Resolved] = []
     while pending:
@@ -611,9 +622,8 @@ def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target:
             ):
                 build_roots.append(_Requirement(_plain(requirement), node.key))
         prefer = {r.candidate.name: r.candidate.version for r in found.values()}
-        build_provider = Provider(
-            indexes, target, constraints=constraints or {}, hashes=lambda _n: None, prefer=prefer
-        )
+        build_provider = Provider(indexes, target, constraints=constraints or {},
+                                  hashes=lambda _n: None, prefer=prefer, build_names=build_names)  # fmt: skip
         env = _resolve(build_provider, build_roots) if build_roots else {}
         node.build_env = {c.name: c.key for c in env.values()}
         added = _add(found, env, build_provider, root_names={r.requirement.name for r in build_roots},

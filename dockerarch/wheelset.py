@@ -623,7 +623,8 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
     target = python_target(made.request.target)
     new = closure.complete_builds(found, [member.node], target, made.indexes,
                                   say=say, extra={key: member.asked},
-                                  constraints=closure.constraints_for(wants.build_constraints, target))  # fmt: skip
+                                  constraints=closure.constraints_for(wants.build_constraints, target),
+                                  build_names=closure.build_env_sdists(wants))  # fmt: skip
     for node in new:
         made.members.setdefault(node.key, Member(node=node))
     fetch(made, wants, out, say)

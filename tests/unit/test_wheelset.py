@@ -319,6 +319,37 @@ def test_no_binary_builds_from_the_sdist_what_has_a_wheel_for_the_board(tmp_path
     assert "leave it out of --no-binary" in err.value.fix
 
 
+def test_no_binary_names_reach_build_environments_as_pip_applies_them(tmp_path: Path) -> None:
+    # app builds with helper (a wheel for every board, and its sdist) and needs nothing at run
+    # time: an amd64 build made like armv7's (where helper has no wheel) names --no-binary
+    # helper, and helper is then built for app's build; :all: leaves the build tools wheels
+    st = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    build = '[build-system]\nrequires = ["helper"]\nbuild-backend = "helper.build"\n'
+    app = "Metadata-Version: 2.2\nName: app\nVersion: 1.0\n"
+    index = FakeIndex(
+        {"app": {"app-1.0.tar.gz": sdist_bytes("app", build, app)},
+         "helper": {"helper-1.0.tar.gz": sdist_bytes("helper", st),
+                    "helper-1.0-py3-none-any.whl": b"h"},
+         "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"st"},
+         "wheel": {"wheel-0.45.0-py3-none-any.whl": b"w"}},
+        {"helper-1.0-py3-none-any.whl": META.format(name="helper", version="1.0"),
+         "wheel-0.45.0-py3-none-any.whl": META.format(name="wheel", version="0.45.0"),
+         "setuptools-80.0.0-py3-none-any.whl": META.format(name="setuptools", version="80.0.0")},
+    )  # fmt: skip
+
+    def wheels(no_binary: set[str], where: str) -> dict[str, bool]:
+        wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/", no_binary=no_binary,
+                             requirements=[pyreqs.parse_line("app", "r.txt:1")])  # fmt: skip
+        indexes = closure.Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
+        found = closure.resolve(wants, ARMV7, indexes, build_names=frozenset({"app"} | no_binary))
+        return {key: r.candidate.is_wheel for key, r in found.items()}
+
+    assert wheels(set(), "a") == {"app==1.0": False, "helper==1.0": True}
+    assert wheels({"helper"}, "b") == {"app==1.0": False, "helper==1.0": False,
+                                       "setuptools==80.0.0": True, "wheel==0.45.0": True}  # fmt: skip
+    assert wheels({pyreqs.ALL}, "c") == {"app==1.0": False, "helper==1.0": True}
+
+
 def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
     with pytest.raises(closure.ResolutionError, match="six>=2"):
         resolve(index, tmp_path, "six>=2")
