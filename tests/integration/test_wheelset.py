@@ -148,6 +148,35 @@ def test_the_set_installs_on_the_board_with_no_network_and_no_compiler(
     assert done.stdout.strip().endswith("board ok 42")
 
 
+def test_the_set_s_image_is_unpacked_by_the_native_uv(
+    built: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """A set's image installs from local files only, so the x86-64 uv of the toolchain image
+    unpacks it (the emulated pip spent seconds starting and resolving per image); the stage's own
+    Python tells uv its tags and scheme, and the modules are byte-compiled natively as before."""
+    out, _ = built
+    check = (set_dir(out) / "check.log").read_text()
+    step = re.search(
+        r"^#(\d+) \[runtime \d+/\d+\] RUN --mount=type=bind,from=artifacts.*$", check, re.M
+    )
+    assert step, check[-3000:]
+    assert re.search(rf"^#{step.group(1)} CACHED$", check, re.M) or (
+        "pip-install: installing from local files with the x86-64 uv" in check
+        and "pip-install: byte-compiled the" in check
+    ), check[-3000:]
+    script = (
+        "import importlib.metadata as m, importlib.util, c_mod, a_pkg\n"
+        "print(m.distribution('dockerarch-settest-a').read_text('INSTALLER').strip())\n"
+        "print(a_pkg.__file__.startswith('/usr/local/lib/python3'))\n"
+        "print(open(importlib.util.cache_from_source(c_mod.__file__), 'rb').read(4)"
+        " == importlib.util.MAGIC_NUMBER)\n"
+    )
+    done = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", "none",
+                           "dockerarch/requirements:set-debian-armv7", "python3", "-B", "-c", script],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.stdout.split() == ["uv", "True", "True"], done.stdout + done.stderr
+
+
 def test_a_second_run_builds_nothing_again(
     index: str, built: tuple[Path, subprocess.CompletedProcess[str]]
 ) -> None:
