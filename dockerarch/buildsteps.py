@@ -218,7 +218,8 @@ def toolchain_image(job: JobState) -> None:
     with _TOOLCHAIN_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
             spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
-                             stage=accel.NATIVE_STAGES[-1], load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
+                             stage=accel.NATIVE_STAGES[-1], load_tag=tag,
+                             secrets=job.options.secrets, cache=job.options.cache,
                              build_contexts=job.contexts)  # fmt: skip
             began = time.monotonic()
             stream(job, spec, "toolchain image (once per machine)")
