@@ -697,8 +697,11 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
         (work / "result").mkdir()
         with (landing / "check.log").open("w", buffering=1) as log:
             state = job.new_state(work, log, time.monotonic())
-            for step in (buildsteps.ensure_base, buildsteps.prepare_context,
-                         buildsteps.toolchain_image):
+            for step in (
+                buildsteps.ensure_base,
+                buildsteps.prepare_context,
+                buildsteps.toolchain_image,
+            ):
                 step(state)
             board: list[ArtifactReport] = []
             for member in made.members.values():
