@@ -59,14 +59,19 @@ def check_command(reports: Iterable[ArtifactReport]) -> str | None:
     # A soname the loader does not find may still be one another installed wheel carries (a
     # torch extension needs libc10.so, which `import torch` has loaded before it): found in
     # the Python package directories, it is not missing, and is said as such.
-    return (
-        f"for f in {listing}; do "
-        'ldd "$f" 2>&1 | sed -n "s|^[[:space:]]*\\(.*\\) => not found.*|\\1|p" | '
+    # One emulated ldd (a bash script and the target's loader under QEMU) per file: numpy and
+    # scipy carry over a hundred, so they run on every core; each line is one short write.
+    each = (
+        'f=$1; ldd "$f" 2>&1 | sed -n "s|^[[:space:]]*\\(.*\\) => not found.*|\\1|p" | '
         "while read -r so; do "
         'w=$(find /usr/local/lib/python3* /usr/lib/python3 -name "$so" 2>/dev/null | head -n 1); '
         f'if [ -n "$w" ]; then echo "{_WHEEL_MARK} $f $so $w"; '
         f'else echo "{_MARK} $f $so"; fi; '
-        "done; done"
+        "done"
+    )
+    return (
+        f'for f in {listing}; do printf "%s\\n" "$f"; done | '
+        f'xargs -r -P "$(nproc)" -I FILE sh -c {shlex.quote(each)} sh FILE'
     )
 
 

@@ -25,6 +25,7 @@ def test_the_check_covers_every_elf_file_where_it_is_installed() -> None:
     assert '[["omp-demo", "omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so"]]' in command
     assert ".data/scripts" not in command  # a wheel's scripts are not loaded by Python
     assert "ldd" in command and "not found" in command
+    assert '| xargs -r -P "$(nproc)" -I FILE sh -c' in command  # on every core
     assert libneeds.check_command([report("pure-1.0-py3-none-any.whl", "wheel", ())]) is None
 
 
