@@ -174,9 +174,6 @@ def plan_accel(
     for suite, packages in wanted.items():  # one apt-cache run per suite, not one per package
         accel.host_apt_has_all(packages, suite)
 
-    def available(package: str, suite: str) -> bool:
-        return accel.host_apt_has(package, suite)
-
     return [
         accel.decide(
             r.target,
@@ -184,7 +181,7 @@ def plan_accel(
             requested=mode,
             route_accel=route.accel,
             toolchain_base=accel.toolchain_base(r.target, targets),
-            cross_available=available,
+            cross_available=accel.host_apt_has,
             ccache=ccache,
         )
         for r, route in zip(requests, routes, strict=True)
