@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -392,7 +393,7 @@ def runtime_image(job: JobState) -> None:
         build_args=known,  # what is already known to be needed (a wheel set's members' builds)
     )  # fmt: skip
     stream(job, spec, "runtime image")
-    missing = _missing_libraries(job)
+    missing = _missing_libraries(job, spec)
     if missing:
         job.needs_apt = libneeds.packages_for(missing, job.sonames, job.target)
         sonames = ", ".join(sorted({m.soname for m in missing}))
@@ -400,7 +401,7 @@ def runtime_image(job: JobState) -> None:
                 f"{' '.join(job.needs_apt)} in the runtime image")  # fmt: skip
         spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(job.needs_apt)})
         stream(job, spec, "runtime image")
-        still = _missing_libraries(job)
+        still = _missing_libraries(job, spec)
         if still:
             raise VerificationError(
                 f"{still[0].path} still cannot find {still[0].soname} in {job.image_tag} after "
@@ -413,9 +414,14 @@ def runtime_image(job: JobState) -> None:
     job.image_id = found[0] if found else None
 
 
-def _missing_libraries(job: JobState) -> list[libneeds.Missing]:
+def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing]:
     """Every needed library of the installed artifacts that the target's loader does not find
-    in the runtime image (ldd under QEMU)."""
+    in the runtime image: read natively in a hybrid build (``runtime``'s image, the `needs`
+    stage), else, or when that reading cannot answer, by the target's ldd under QEMU."""
+    if job.request.toolchain is not None:
+        found = _missing_natively(job, runtime)
+        if found is not None:
+            return found
     command = libneeds.check_command(job.reports)
     if command is None or job.image_tag is None:
         return []
@@ -429,6 +435,33 @@ def _missing_libraries(job: JobState) -> list[libneeds.Missing]:
             f"(exit code {code}): " + " / ".join(output.strip().splitlines()[-3:]),
             fix="See build.log.",
         )
+    return libneeds.parse(output, job.reports)
+
+
+def _missing_natively(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing] | None:
+    """The check of _missing_libraries by the x86-64 Python over the runtime image's files (the
+    layout's `needs` stage, FROM the runtime stage just built: its steps come from the cache);
+    None when that reading cannot answer for these files."""
+    files = libneeds.native_files(job.reports)
+    if files is None:
+        return []
+    work = Path(tempfile.mkdtemp(prefix="needs-", dir=job.work))
+    (work / "files").mkdir()
+    (work / "files" / "files.json").write_text(files)
+    spec = dataclasses.replace(
+        runtime, stage="needs", load_tag=None, output_dir=work / "out",
+        build_contexts={**(runtime.build_contexts or {}), "needs-files": str(work / "files")},
+    )  # fmt: skip
+    started = time.monotonic()
+    stream(job, spec, "shared libraries")
+    output = (work / "out" / "dockerarch-needs.txt").read_text(errors="replace")
+    job.log.write(f"### shared libraries, read natively in {job.image_tag} "
+                  f"({time.monotonic() - started:.1f} s):\n{files}{output}\n")  # fmt: skip
+    why = libneeds.undecided(output)
+    if why is not None:
+        job.say(f"the artifacts' libraries cannot be read natively ({why}): asking the "
+                "target's ldd")  # fmt: skip
+        return None
     return libneeds.parse(output, job.reports)
 
 

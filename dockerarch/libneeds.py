@@ -1,7 +1,9 @@
-"""What the artifacts need besides Python: every DT_NEEDED of every ELF file, resolved by the
-target's own loader (ldd, under QEMU) in the runtime image where the artifacts are installed, so
+"""What the artifacts need besides Python: every DT_NEEDED of every ELF file, resolved as the
+target's loader resolves it in the runtime image where the artifacts are installed, so
 RPATH/RUNPATH, $ORIGIN, the libraries an artifact carries and the base's own all count as they
-will on the board. A soname nothing provides is looked up in the build stage's package database
+will on the board. A hybrid build reads the image's files natively (pyelftools, following
+glibc's search: data/toolchain/dockerarch_needs.py, the `needs` stage); other builds, and a
+hybrid one whose files that reading cannot answer for, ask the target's own `ldd` (under QEMU). A soname nothing provides is looked up in the build stage's package database
 (which package shipped it there: the build linked against it); piwheels does the same from its
 wheels' ELF files to print each wheel's `apt install` line.
 """
@@ -21,6 +23,7 @@ from dockerarch.artifacts import ArtifactReport, VerificationError
 SONAMES_EXPORT = ".dockerarch-sonames.tsv"  # beside the artifacts: soname<TAB>package
 _MARK = "dockerarch-needs:"
 _WHEEL_MARK = "dockerarch-needs-wheel:"
+_UNDECIDED = "dockerarch-needs-undecided:"  # the native reading's: it cannot answer
 
 # Resolves wheel members to the files pip installed (importlib.metadata knows where).
 _LOCATE = """
@@ -37,19 +40,45 @@ class Missing:
     elsewhere: str = ""  # a file of that name another installed wheel carries
 
 
-def check_command(reports: Iterable[ArtifactReport]) -> str | None:
-    """A shell command for the runtime image that prints one ``dockerarch-needs: FILE SONAME``
-    line per needed library the target's loader does not find; None when there is no ELF file."""
+def checked_files(reports: Iterable[ArtifactReport]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The ELF files the check covers: wheel members as (distribution, member), which the
+    runtime image's Python locates where its installer put them, and the absolute paths of
+    tarballs' and packages' files. A wheel's .data (scripts, headers) is left out: Python does
+    not load it."""
     wheel_members: list[tuple[str, str]] = []
     paths: list[str] = []
     for report in reports:
         for member in report.elf_members:
             if report.kind == "wheel":
                 if ".data/" in member.split("/", 1)[0] + "/":
-                    continue  # scripts and headers of a wheel's .data: not loaded by Python
+                    continue
                 wheel_members.append((str(parse_wheel_filename(report.name)[0]), member))
             else:
                 paths.append(str(PurePosixPath("/") / member.removeprefix("./")))
+    return wheel_members, paths
+
+
+def native_files(reports: Iterable[ArtifactReport]) -> str | None:
+    """files.json of the native reading (data/toolchain/dockerarch_needs.py, the `needs` stage
+    of a hybrid build); None when there is no ELF file."""
+    wheel_members, paths = checked_files(reports)
+    if not wheel_members and not paths:
+        return None
+    return json.dumps({"wheels": wheel_members, "paths": paths}, indent=1) + "\n"
+
+
+def undecided(output: str) -> str | None:
+    """Why the native reading could not answer (the target's ldd is asked instead), or None."""
+    for line in output.splitlines():
+        if line.startswith(_UNDECIDED):
+            return line.removeprefix(_UNDECIDED).strip()
+    return None
+
+
+def check_command(reports: Iterable[ArtifactReport]) -> str | None:
+    """A shell command for the runtime image that prints one ``dockerarch-needs: FILE SONAME``
+    line per needed library the target's loader does not find; None when there is no ELF file."""
+    wheel_members, paths = checked_files(reports)
     if not wheel_members and not paths:
         return None
     listing = " ".join(shlex.quote(p) for p in paths)

@@ -103,6 +103,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"fetching the native {', '.join(wheels.group('dists').split())} wheels"
     if "use-native-drivers" in body:
         return "putting the native build driver in place"
+    if "native-needs" in body:
+        return "shared libraries: read natively"
     if "dockerarch-cc --report" in body:
         return "counting compiler runs"
     if "from=artifacts" in rest:

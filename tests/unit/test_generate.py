@@ -89,6 +89,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     build, rest = build.split("FROM scratch AS artifacts\n")
     artifacts, rest = rest.split("FROM artifacts AS toolchain-log\n")
     log_stage, runtime = rest.split("FROM runtime-base AS runtime\n")
+    runtime, needs = runtime.split("# dockerarch build's check of the libraries")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
     assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python-stage\n" in head
     assert "FROM native-python-stage AS toolchain-stage\n" in head
@@ -173,6 +174,12 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     # The runtime image takes nothing of the cross toolchain; a wheel's installation there
     # byte-compiles with the native-python stage's interpreter (pip-install, a toolchain script)
     assert not re.search(r"from=toolchain|ccache|dockerarch-cc|x86", runtime)
+    # The libraries check reads the runtime image natively, in stages nothing is loaded from:
+    # only its report is exported.
+    assert "native-needs /run/dockerarch-native" in needs and "--network=none" in needs
+    assert needs.rstrip().endswith(
+        "FROM scratch AS needs\nCOPY --from=needs-check /dockerarch-needs.txt /"
+    )
     if "wheel" in RECIPES[recipe].artifacts:
         assert "--mount=type=bind,from=native-python,target=/run/dockerarch-native" in runtime
         assert "sh /run/dockerarch/pip-install /run/dockerarch-native --no-cache-dir" in runtime
