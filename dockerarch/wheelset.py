@@ -695,7 +695,9 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
     try:
         job.work = work
         (work / "result").mkdir()
-        with (landing / "check.log").open("w", buffering=1) as log:
+        # written beside the set until the check ends: the set is the builds' `wheelset`
+        # context, which a growing log would change between the image's build and its checks
+        with (work / "check.log").open("w", buffering=1) as log:
             state = job.new_state(work, log, time.monotonic())
             for step in (
                 buildsteps.ensure_base,
@@ -723,6 +725,8 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
             if wanted.test_command:
                 made.tests = run_tests(state, wanted, log)
     finally:
+        if (work / "check.log").is_file():
+            shutil.copyfile(work / "check.log", landing / "check.log")
         shutil.rmtree(work, ignore_errors=True)
         job.work = None
 
