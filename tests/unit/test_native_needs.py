@@ -51,6 +51,11 @@ def test_the_default_directories_answer_and_what_none_has_is_missing(tmp_path: P
     assert missing(tmp_path, ext) == ["libgomp.so.1"]
 
 
+def test_what_is_not_an_elf_file_or_not_there_needs_nothing(tmp_path: Path) -> None:
+    script = put(tmp_path, "usr/lib/aarch64-linux-gnu/libc.so", b"/* GNU ld script */\n")
+    assert missing(tmp_path, script) == [] and missing(tmp_path, "/opt/absent.so") == []
+
+
 def test_runpath_is_only_the_needing_object_s_own_and_names_already_loaded_answer(
     tmp_path: Path,
 ) -> None:

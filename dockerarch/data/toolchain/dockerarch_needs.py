@@ -225,7 +225,10 @@ class Reader:
 
     def not_found(self, path: str) -> list[str]:
         """Every name in ``path``'s load tree the loader does not find, in the order ld.so
-        meets them (each once)."""
+        meets them (each once). A file that is not there or not an ELF file needs nothing, as
+        ldd says of it ("not a dynamic executable")."""
+        if self.kind(path) is None:
+            return []
         top = self.load(path, None)
         loaded = [top]
         missing: list[str] = []
