@@ -140,6 +140,52 @@ def test_the_hosts_suites_are_known_by_codename_and_archive_name() -> None:
     assert accel.release_codenames("") == {}
 
 
+def test_the_hosts_apt_answers_are_kept_until_its_lists_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each dockerarch run asked apt-cache twice (policy, madison: 1.5 s) before its first hybrid
+    build step; the answers are kept in the state directory while the host's package lists and
+    sources are the ones they were read from."""
+    import types
+
+    from dockerarch import base, process
+
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "deb.example.invalid_dists_bookworm_main_binary-amd64_Packages").write_text("x")
+    monkeypatch.setattr(accel, "HOST_APT_STATE", (lists, tmp_path / "sources.list"))
+    monkeypatch.setattr(base, "STATE_DIR", tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    monkeypatch.setattr(accel.shutil, "which", lambda name: f"/usr/bin/{name}")
+    runs: list[str] = []
+
+    def run(argv: list[str], **_: object) -> types.SimpleNamespace:
+        runs.append(argv[1])
+        return types.SimpleNamespace(stdout=POLICY if argv[1] == "policy" else MADISON)
+
+    monkeypatch.setattr(process, "run", run)
+
+    def new_run() -> dict[str, bool]:  # what a new dockerarch process starts from
+        monkeypatch.setattr(accel, "_HOST_APT", {})
+        accel._host_suites.cache_clear()
+        accel._host_apt_memo.cache_clear()
+        return accel.host_apt_has_all(["gcc-12-aarch64-linux-gnu", "python3"], "bookworm")
+
+    try:
+        assert new_run() == {"gcc-12-aarch64-linux-gnu": True, "python3": False}
+        assert runs == ["policy", "madison"]
+        assert new_run() == {"gcc-12-aarch64-linux-gnu": True, "python3": False}
+        assert runs == ["policy", "madison"]  # from the state directory
+        (tmp_path / "sources.list").write_text(
+            "deb http://deb.example.invalid/debian trixie main\n"
+        )
+        assert new_run()["gcc-12-aarch64-linux-gnu"] is True
+        assert runs == ["policy", "madison"] * 2  # the sources changed: asked again
+    finally:
+        accel._host_suites.cache_clear()
+        accel._host_apt_memo.cache_clear()
+
+
 def test_the_toolchain_log_is_counted() -> None:
     log = ("x86_64 aarch64-linux-gnu-gcc compile dash\n"
            "x86_64 aarch64-linux-gnu-gcc other aarch64-binfmt-P\n"
