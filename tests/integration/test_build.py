@@ -181,9 +181,12 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
     assert hybrid["native"] == hybrid["runs"] and hybrid["emulated"] == 0  # type: ignore[index]
     # One buildx invocation exports the wheel and the compiler-run log; the runtime image is made
     # from the verified wheel: the toolchain and build stages are resolved once per job (they ran
-    # again in each later invocation when two targets built at once).
+    # again in each later invocation when two targets built at once). The libraries check reads
+    # the runtime image natively (`needs`, FROM it), and says so in the log.
     log = (result / "build.log").read_text()
-    assert re.findall(r"^### buildx: stage (\S+) for", log, re.M) == ["toolchain-log", "runtime"]
+    stages = re.findall(r"^### buildx: stage (\S+) for", log, re.M)
+    assert stages == ["toolchain-log", "runtime", "needs"], stages
+    assert "### shared libraries, read natively in " in log
     runtime_part = log.split("### buildx: stage runtime for", 1)[1]
     assert "[toolchain " not in runtime_part and "[build " not in runtime_part, runtime_part
     assert sorted(p.name for p in result.iterdir() if p.name.startswith(".")) == []
