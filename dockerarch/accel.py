@@ -431,16 +431,25 @@ NATIVE_STAGES = ("native-python-stage", "toolchain-stage")
 NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 
 
+# The files of the toolchain's context NATIVE_STAGES read (collect-toolchain copies and compiles
+# these into the image; native-wheels runs there). The context's other scripts (apt-install,
+# pip-install, the libraries check, ...) are bound by the build's own stages each time: editing
+# one of them makes no new toolchain image.
+TOOLCHAIN_FILES = ("collect-toolchain", "toolchain-id", "dockerarch-cc.c", "use-native-drivers",
+                   "dockerarch_native_python.py", "native-wheels")  # fmt: skip
+
+
 def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
     """The sha256 of everything NATIVE_STAGES are made from: their text in the rendered
-    Dockerfile (the apt packages, uv's version, the drivers, the collect step), every file of
-    the toolchain's context they bind, and the amd64 base's image id. Two builds with the same
-    key get the same stages, so one image serves every recipe and target that shares them."""
+    Dockerfile (the apt packages, uv's version, the drivers, the collect step), the files of
+    the toolchain's context they read (TOOLCHAIN_FILES), and the amd64 base's image id. Two
+    builds with the same key get the same stages, so one image serves every recipe and target
+    that shares them."""
     digest = hashlib.sha256(f"base {base_id}\n".encode())
     for name in NATIVE_STAGES:
         digest.update(f"stage {name}\n{stage_text(dockerfile, name)}\n".encode())
     root = context / CONTEXT_DIR
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(p for p in (root / f for f in TOOLCHAIN_FILES) if p.is_file()):
         digest.update(
             f"file {path.relative_to(root).as_posix()} {path.stat().st_mode & 0o111:o}\n".encode()
         )

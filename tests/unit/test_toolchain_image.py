@@ -5,12 +5,13 @@ farm's probe; against a stand-in engine."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dockerarch import accel, builders, buildsteps
+from dockerarch import accel, builders, buildsteps, paths
 from dockerarch.accel import Decision
 from dockerarch.config import FarmServer
 from dockerarch.engine import BuildSpec
@@ -145,6 +146,19 @@ def test_the_key_follows_what_the_native_stages_are_made_from(tmp_path: Path) ->
     (scripts / "collect-toolchain").write_text("echo one\n")
     (scripts / "collect-toolchain").chmod(0o755)
     assert key(tmp_path) != first
+    # A script the build's own stages bind (not the native stages): the same image.
+    (scripts / "collect-toolchain").chmod(0o644)
+    (scripts / "pip-install").write_text("echo three\n")
+    assert key(tmp_path) == first
+
+
+def test_the_key_s_files_are_what_the_native_stages_read() -> None:
+    """Every file collect-toolchain takes from beside itself (``$here/NAME``) is in the key, and
+    every file of the key is in the context."""
+    collect = (paths.data_path("toolchain") / "collect-toolchain").read_text()
+    read = set(re.findall(r"\$here/([\w.-]+)", collect)) | {"collect-toolchain", "native-wheels"}
+    assert read == set(accel.TOOLCHAIN_FILES)
+    assert all((paths.data_path("toolchain") / f).is_file() for f in accel.TOOLCHAIN_FILES)
 
 
 def test_a_dockerfile_without_the_stages_has_no_key(tmp_path: Path) -> None:
