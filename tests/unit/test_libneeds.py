@@ -3,6 +3,8 @@ that ship what is missing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dockerarch import libneeds
@@ -15,18 +17,27 @@ def report(name: str, kind: str, members: tuple[str, ...]) -> ArtifactReport:
 
 
 def test_the_check_covers_every_elf_file_where_it_is_installed() -> None:
-    command = libneeds.check_command([
+    """The emulated ldd's command and the native reading's files.json name the same files."""
+    reports = [
         report("omp_demo-1.0-cp311-cp311-linux_armv7l.whl", "wheel",
                ("omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so", "omp_demo-1.0.data/scripts/x")),
         report("tool-1.0.tar.gz", "tarball", ("./usr/local/lib/libtool.so.1",)),
-    ])  # fmt: skip
+    ]  # fmt: skip
+    command = libneeds.check_command(reports)
     assert command is not None
     assert "/usr/local/lib/libtool.so.1" in command
     assert '[["omp-demo", "omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so"]]' in command
     assert ".data/scripts" not in command  # a wheel's scripts are not loaded by Python
     assert "ldd" in command and "not found" in command
     assert '| xargs -r -P "$(nproc)" -I FILE sh -c' in command  # on every core
-    assert libneeds.check_command([report("pure-1.0-py3-none-any.whl", "wheel", ())]) is None
+    files = libneeds.native_files(reports)
+    assert files is not None
+    assert json.loads(files) == {
+        "wheels": [["omp-demo", "omp_demo/_omp.cpython-311-arm-linux-gnueabihf.so"]],
+        "paths": ["/usr/local/lib/libtool.so.1"],
+    }
+    pure = [report("pure-1.0-py3-none-any.whl", "wheel", ())]
+    assert libneeds.check_command(pure) is None and libneeds.native_files(pure) is None
 
 
 def test_missing_libraries_are_read_and_mapped_to_the_packages_that_ship_them() -> None:

@@ -4,7 +4,6 @@ glibc's search followed over shared objects made in memory, in a root directory 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +11,6 @@ from types import ModuleType
 import pytest
 
 from dockerarch import libneeds, paths
-from dockerarch.artifacts import ArtifactReport
 
 from .elfbytes import ld_so_cache, shared_object
 
@@ -146,20 +144,3 @@ def test_what_it_cannot_read_as_the_loader_would_it_leaves_to_ldd(
     put(tmp_path, "opt/p.so", shared_object(needed=("libq.so",), runpath="$PLATFORM/x"))
     (line,) = NEEDS.report(files, str(tmp_path), {})
     assert libneeds.undecided(line) is not None and reason in line
-
-
-def test_the_files_json_names_what_the_emulated_check_would_cover() -> None:
-    def report(name: str, kind: str, members: tuple[str, ...]) -> ArtifactReport:
-        return ArtifactReport(name=name, sha256="0" * 64, size=1, kind=kind,
-                              elf_files=len(members), glibc=None, glibcxx=None,
-                              elf_members=members)  # fmt: skip
-
-    files = libneeds.native_files([
-        report("omp_demo-1.0-cp311-cp311-linux_armv7l.whl", "wheel",
-               ("omp_demo/_omp.so", "omp_demo-1.0.data/scripts/x")),
-        report("tool-1.0.tar.gz", "tarball", ("./usr/local/lib/libtool.so.1",)),
-    ])  # fmt: skip
-    assert files is not None
-    assert json.loads(files) == {"wheels": [["omp-demo", "omp_demo/_omp.so"]],
-                                 "paths": ["/usr/local/lib/libtool.so.1"]}  # fmt: skip
-    assert libneeds.native_files([report("pure-1.0-py3-none-any.whl", "wheel", ())]) is None
