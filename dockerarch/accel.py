@@ -59,6 +59,10 @@ DRIVERS: dict[str, tuple[str, ...]] = {
 # The PyPI distributions of the same drivers, which PEP 517 builds install into their build
 # environment: their x86-64 wheels, retagged, are offered to uv there (data/toolchain/native-wheels).
 DRIVER_WHEELS = {"cmake": "cmake", "ninja-build": "ninja"}
+# Targets whose PEP 517 backends run in the native Python (data/toolchain/dockerarch_native_backend.py):
+# 64-bit little-endian as x86-64 is, so sys.maxsize, struct sizes and byte order answer as the
+# target's Python would. 32-bit ARM keeps its backends emulated.
+BACKEND_ARCHES = ("aarch64",)
 WHEELS_DIR = "/usr/lib/dockerarch/wheels"
 DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
 # ccache's own record of each run of the build (stats_log): what came from the cache, so a build
@@ -105,6 +109,7 @@ class Toolchain:
     drivers: tuple[str, ...] = ()  # DRIVERS packages run natively ('hybrid'); none: 'compilers'
     python: str = ""  # the target's Python version (3.11): the native generators' interpreter
     native_python: tuple[str, ...] = ()  # the recipe's code generators run natively
+    native_backend: bool = False  # PEP 517 backends run in the native Python (BACKEND_ARCHES)
     # Compile steps join the host's network: a farm server or the shared compiler cache of this
     # build listens on loopback.
     compile_network: str = ""
@@ -143,6 +148,9 @@ class Toolchain:
             "python_package": self.python_package,
             "python_program": f"python{self.python}",
             "native_python": list(self.native_python),
+            "native_backend": self.native_backend,
+            # The native interpreter: for the recipe's generators or for PEP 517 backends.
+            "python_native": bool(self.native_python) or self.native_backend,
             "drivers_log": DRIVERS_LOG,
             "ccache_log": CCACHE_LOG,
             "ccache_export": CCACHE_EXPORT,
@@ -216,6 +224,7 @@ def decide(
         drivers=native_drivers(recipe) if requested == "hybrid" else (),
         python=target.python,
         native_python=recipe.native_python if requested == "hybrid" else (),
+        native_backend=requested == "hybrid" and target.arch.name in BACKEND_ARCHES,
     )  # fmt: skip
     cross = cross_packages(toolchain.triplet, toolchain.gcc, fortran=False)
     missing = [p for p in cross if not cross_available(p, toolchain_base.suite)]
@@ -436,7 +445,8 @@ NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 # pip-install, the libraries check, ...) are bound by the build's own stages each time: editing
 # one of them makes no new toolchain image.
 TOOLCHAIN_FILES = ("collect-toolchain", "toolchain-id", "dockerarch-cc.c", "use-native-drivers",
-                   "dockerarch_native_python.py", "native-wheels")  # fmt: skip
+                   "dockerarch_native_python.py", "dockerarch_native_backend.py",
+                   "native-wheels")  # fmt: skip
 
 
 def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
@@ -541,17 +551,23 @@ def emulated_starter(program: str) -> bool:
 @dataclass(frozen=True)
 class DriverReport:
     """What use-native-drivers did: packages run natively (with versions), and those left
-    emulated with the reason."""
+    emulated with the reason; how often each code generator ran natively; and where each PEP 517
+    backend ran (dockerarch_native_backend: hook calls run natively, by backend, and the backends
+    sent back to the emulated Python, with the reason)."""
 
     native: dict[str, str]
     emulated: dict[str, str]
     generators: dict[str, int] = dataclasses.field(default_factory=dict)  # runs per generator
+    backends: dict[str, int] = dataclasses.field(default_factory=dict)  # native hook calls
+    emulated_backends: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> DriverReport:
         native: dict[str, str] = {}
         emulated: dict[str, str] = {}
         runs: dict[str, int] = {}
+        backends: dict[str, int] = {}
+        emulated_backends: dict[str, str] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
             package, _, detail = rest.partition(" ")
@@ -561,13 +577,20 @@ class DriverReport:
                 native[f"{package} (PyPI wheel)"] = detail.strip()
             elif kind == "native-python" and package:  # one line per generator run
                 runs[package] = runs.get(package, 0) + 1
+            elif kind == "native-backend" and package:  # one line per hook call
+                backends[package] = backends.get(package, 0) + 1
+            elif kind == "emulated-backend" and package:
+                emulated_backends[package] = detail
             elif kind == "emulated" and package:
                 emulated[package] = detail
-        return cls(native=native, emulated=emulated, generators=runs)
+        return cls(native=native, emulated=emulated, generators=runs, backends=backends,
+                   emulated_backends=emulated_backends)  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
         return {"native": dict(self.native), "emulated": dict(self.emulated),
-                "native_generators": dict(self.generators)}  # fmt: skip
+                "native_generators": dict(self.generators),
+                "native_backends": dict(self.backends),
+                "emulated_backends": dict(self.emulated_backends)}  # fmt: skip
 
     def lines(self) -> list[str]:
         """What the progress says."""
@@ -579,4 +602,9 @@ class DriverReport:
         if self.generators:
             said.append("native code generators: " + ", ".join(
                 f"{g} ({n} run{'s' if n != 1 else ''})" for g, n in self.generators.items()))  # fmt: skip
+        if self.backends:
+            said.append("native PEP 517 backend: " + ", ".join(
+                f"{b} ({n} hook call{'s' if n != 1 else ''})" for b, n in self.backends.items()))  # fmt: skip
+        said += [f"PEP 517 backend {b} ran emulated: {why}"
+                 for b, why in self.emulated_backends.items()]  # fmt: skip
         return said
