@@ -257,10 +257,13 @@ def _top_level(path: Path) -> tuple[str, ...]:
             return tuple(sorted({line.strip() for line in text.splitlines() if line.strip()}))
     found = set()
     for name in names:
-        first = name.split("/", 1)[0]
-        if first.endswith((".dist-info", ".data")):
-            continue
-        module = first.split(".", 1)[0]
+        first, slash, _ = name.partition("/")
+        if slash:  # a package's directory (not numpy.libs, name.dist-info or name.data)
+            module = first if first.isidentifier() else ""
+        elif first.endswith((".py", ".so", ".pyd")):  # a module file (mod.py, _mod.cpython-311-*.so)
+            module = first.split(".", 1)[0]
+        else:  # any other file at the top: data, not importable
+            module = ""
         if module.isidentifier():
             found.add(module)
     return tuple(sorted(found))

@@ -135,3 +135,16 @@ def test_a_damaged_wheel_is_reported(tmp_path: Path) -> None:
     wheel.write_bytes(b"PK\x03\x04 not really")
     with pytest.raises(artifacts.VerificationError, match="is a damaged archive"):
         artifacts.verify(wheel, TARGETS["debian-armv7"])
+
+
+def test_top_level_names_without_top_level_txt_are_modules_only(tmp_path: Path) -> None:
+    # meson-python and scikit-build-core write no top_level.txt: the names come from the files,
+    # and a data file installed at the top (me_asked.txt) or a vendored-library directory is
+    # not something to import in the smoke test.
+    path = tmp_path / "me-1.0-cp311-cp311-linux_aarch64.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name in ("_me.cpython-311-aarch64-linux-gnu.so", "helper.py", "me_asked.txt",
+                     "pkg/__init__.py", "me.libs/libx.so.1", "me-1.0.dist-info/RECORD",
+                     "me-1.0.data/scripts/tool", "LICENSE"):  # fmt: skip
+            wheel.writestr(name, "")
+    assert artifacts._top_level(path) == ("_me", "helper", "pkg")
