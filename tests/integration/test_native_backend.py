@@ -36,17 +36,18 @@ asked = {
     "pointer": struct.calcsize("P"),
 }
 """
+
+
+def pyproject(requires: str, backend: str, name: str) -> str:
+    return (f'[build-system]\nrequires = ["{requires}"]\nbuild-backend = "{backend}"\n\n'
+            f'[project]\nname = "{name}"\nversion = "1.0"\n')  # fmt: skip
+
+
 PACKAGES = {
     "setuptools": {
-        "pyproject.toml": """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dockerarch-backend-st"
-version = "1.0"
-""",
+        "pyproject.toml": pyproject(
+            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-st"
+        ),
         "setup.py": ASKED
         + """\
 from setuptools import Extension, setup
@@ -60,15 +61,9 @@ setup(packages=["st_probe"], package_data={"st_probe": ["asked.json"]},
         "st.c": MODULE_C.replace("NAME", "_st"),
     },
     "scikit-build-core": {
-        "pyproject.toml": """\
-[build-system]
-requires = ["scikit-build-core>=0.10"]
-build-backend = "scikit_build_core.build"
-
-[project]
-name = "dockerarch-backend-sk"
-version = "1.0"
-""",
+        "pyproject.toml": pyproject(
+            "scikit-build-core>=0.10", "scikit_build_core.build", "dockerarch-backend-sk"
+        ),
         "CMakeLists.txt": """\
 cmake_minimum_required(VERSION 3.15)
 project(${SKBUILD_PROJECT_NAME} LANGUAGES C)
@@ -83,15 +78,7 @@ install(FILES ${CMAKE_BINARY_DIR}/asked.txt DESTINATION sk_asked)
         "sk.c": MODULE_C.replace("NAME", "_sk"),
     },
     "meson-python": {
-        "pyproject.toml": """\
-[build-system]
-requires = ["meson-python"]
-build-backend = "mesonpy"
-
-[project]
-name = "dockerarch-backend-me"
-version = "1.0"
-""",
+        "pyproject.toml": pyproject("meson-python", "mesonpy", "dockerarch-backend-me"),
         "meson.build": """\
 project('dockerarch-backend-me', 'c')
 py = import('python').find_installation(pure: false)
