@@ -260,7 +260,7 @@ def _top_level(path: Path) -> tuple[str, ...]:
         first, slash, _ = name.partition("/")
         if slash:  # a package's directory (not numpy.libs, name.dist-info or name.data)
             module = first if first.isidentifier() else ""
-        elif first.endswith((".py", ".so", ".pyd")):  # a module file (mod.py, _mod.cpython-311-*.so)
+        elif first.endswith((".py", ".so", ".pyd")):  # mod.py, _mod.cpython-311-*.so
             module = first.split(".", 1)[0]
         else:  # any other file at the top: data, not importable
             module = ""
