@@ -553,13 +553,15 @@ class DriverReport:
     """What use-native-drivers did: packages run natively (with versions), and those left
     emulated with the reason; how often each code generator ran natively; and where each PEP 517
     backend ran (dockerarch_native_backend: hook calls run natively, by backend, and the backends
-    sent back to the emulated Python, with the reason)."""
+    sent back to the emulated Python, with the reason), with uv's interpreter queries answered
+    natively."""
 
     native: dict[str, str]
     emulated: dict[str, str]
     generators: dict[str, int] = dataclasses.field(default_factory=dict)  # runs per generator
     backends: dict[str, int] = dataclasses.field(default_factory=dict)  # native hook calls
     emulated_backends: dict[str, str] = dataclasses.field(default_factory=dict)
+    queries: dict[str, int] = dataclasses.field(default_factory=dict)  # uv's, answered natively
 
     @classmethod
     def parse(cls, text: str) -> DriverReport:
@@ -568,6 +570,7 @@ class DriverReport:
         runs: dict[str, int] = {}
         backends: dict[str, int] = {}
         emulated_backends: dict[str, str] = {}
+        queries: dict[str, int] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
             package, _, detail = rest.partition(" ")
@@ -579,18 +582,21 @@ class DriverReport:
                 runs[package] = runs.get(package, 0) + 1
             elif kind == "native-backend" and package:  # one line per hook call
                 backends[package] = backends.get(package, 0) + 1
+            elif kind == "native-query" and package:  # one line per uv interpreter query
+                queries[package] = queries.get(package, 0) + 1
             elif kind == "emulated-backend" and package:
                 emulated_backends[package] = detail
             elif kind == "emulated" and package:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated, generators=runs, backends=backends,
-                   emulated_backends=emulated_backends)  # fmt: skip
+                   emulated_backends=emulated_backends, queries=queries)  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
         return {"native": dict(self.native), "emulated": dict(self.emulated),
                 "native_generators": dict(self.generators),
                 "native_backends": dict(self.backends),
-                "emulated_backends": dict(self.emulated_backends)}  # fmt: skip
+                "emulated_backends": dict(self.emulated_backends),
+                "native_queries": dict(self.queries)}  # fmt: skip
 
     def lines(self) -> list[str]:
         """What the progress says."""
@@ -607,4 +613,7 @@ class DriverReport:
                 f"{b} ({n} hook call{'s' if n != 1 else ''})" for b, n in self.backends.items()))  # fmt: skip
         said += [f"PEP 517 backend {b} ran emulated: {why}"
                  for b, why in self.emulated_backends.items()]  # fmt: skip
+        if self.queries:
+            said.append("uv's interpreter query answered natively as the target: " + ", ".join(
+                f"{p} ({n}x)" for p, n in self.queries.items()))  # fmt: skip
         return said

@@ -63,6 +63,17 @@ def test_uv_hook_calls_are_recognised_and_nothing_else() -> None:
     assert hook([argv[0], "-c", SCRIPT, "extra"], UV_ENV, ENV, "/usr") is None
 
 
+def test_uv_interpreter_queries_are_recognised() -> None:
+    query = BACKEND.interpreter_query
+    script = ('import sys; sys.path = [__import__("os").fsdecode(b"/root/.cache/uv/.tmpKzSPZC")]'
+              " + sys.path; from python.get_interpreter_info import main; main()")  # fmt: skip
+    argv = ["/usr/bin/python3.11", "-I", "-B", "-c", script]
+    assert query(argv, "/usr", "/usr")
+    assert not query(argv, ENV, "/usr")  # asked of a virtual environment: left alone
+    assert not query(["/usr/bin/python3.11", "-c", script], "/usr", "/usr")
+    assert not query([*argv[:4], "import sys; print(sys.path)"], "/usr", "/usr")
+
+
 def test_compiled_modules_for_the_target_send_the_backend_back(tmp_path: Path) -> None:
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     (site / "setuptools").mkdir(parents=True)
@@ -103,7 +114,7 @@ def test_the_report_says_where_each_backend_ran() -> None:
         "native-backend setuptools.build_meta\nnative-backend setuptools.build_meta\n"
         "native-backend scikit_build_core.build\n"
         "emulated-backend mesonpy the build environment has a compiled module for the target "
-        "(numpy/_core/_x.so)\n"
+        "(numpy/_core/_x.so)\nnative-query python3.11\n"
     )
     assert report.backends == {"setuptools.build_meta": 2, "scikit_build_core.build": 1}
     assert report.emulated_backends == {
@@ -114,7 +125,9 @@ def test_the_report_says_where_each_backend_ran() -> None:
         "native PEP 517 backend: setuptools.build_meta (2 hook calls), scikit_build_core.build (1 hook call)",
         "PEP 517 backend mesonpy ran emulated: the build environment has a compiled module for "
         "the target (numpy/_core/_x.so)",
+        "uv's interpreter query answered natively as the target: python3.11 (1x)",
     ]
+    assert report.as_dict()["native_queries"] == {"python3.11": 1}
 
 
 def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:

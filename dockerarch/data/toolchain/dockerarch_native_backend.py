@@ -13,7 +13,7 @@ multiarch, extension suffixes, pointer size and byte order.
 
 In the native interpreter started so: the answers the backend can ask for are the target's, in
 this process only (the variable is removed, so children, compilers and probes alike, see the
-machine as it is): os.uname()'s machine (so platform.machine() and sysconfig.get_platform(),
+machine as it is): os.uname()'s machine, the C library's version (os.confstr) (so platform.machine() and sysconfig.get_platform(),
 the wheel's platform tag), sys.implementation._multiarch (so sysconfig and distutils read the
 target's _sysconfigdata: EXT_SUFFIX, SOABI, CC, LDSHARED, flags, include dirs), and
 importlib.machinery.EXTENSION_SUFFIXES. Refused, back to the emulated interpreter with the
@@ -21,8 +21,13 @@ reason in the log, when the target's pointer size or byte order is not the nativ
 ARM: sys.maxsize would differ), or when the build environment holds a compiled module for the
 target (numpy, cffi or Cython as build requirements: the native interpreter cannot load them).
 
-Every decision is one line of $DOCKERARCH_DRIVERS_LOG: "native-backend NAME" or
-"emulated-backend NAME WHY".
+uv's question to the target's interpreter before it makes the build environment (`python3.N -I
+-B -c SCRIPT`, its get_interpreter_info: markers, platform, glibc, schemes, pointer size) is
+answered the same way: the native interpreter started as /usr/bin/python3.N, the target's
+answers in place (the C library's version too), no build environment to look at.
+
+Every decision is one line of $DOCKERARCH_DRIVERS_LOG: "native-backend NAME",
+"emulated-backend NAME WHY" or "native-query INTERPRETER".
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ NATIVE = "/usr/lib/dockerarch/bin/python-native"
 TARGET = "DOCKERARCH_BACKEND_TARGET"
 EMULATED = "DOCKERARCH_BACKEND_EMULATED"  # set when the hook went back: never dispatched again
 _BACKEND = r"^import ([\w.]+) as backend$"  # the line of uv's script that imports it
+_QUERY = "from python.get_interpreter_info import main"  # uv's interpreter query script
 _EM_X86_64 = 62
 
 
@@ -50,6 +56,13 @@ def hook_backend(argv: list[str], environ: dict[str, str], prefix: str,
 
     found = re.search(_BACKEND, argv[2], re.MULTILINE)
     return found.group(1) if found else None
+
+
+def interpreter_query(argv: list[str], prefix: str, base_prefix: str) -> bool:
+    """Whether ``argv`` is uv's question to a base interpreter about itself (``python3.N -I -B
+    -c SCRIPT``, SCRIPT running uv's get_interpreter_info)."""
+    return (len(argv) == 5 and argv[1:4] == ["-I", "-B", "-c"] and prefix == base_prefix
+            and _QUERY in argv[4])  # fmt: skip
 
 
 def foreign_module(site_dirs: list[str]) -> str | None:
@@ -92,27 +105,33 @@ def _log(line: str) -> None:
 
 
 def _dispatch() -> None:
-    """In the emulated interpreter: hand uv's hook calls to the native one."""
+    """In the emulated interpreter: hand uv's hook calls and interpreter query to the native one."""
     if os.environ.get("DOCKERARCH_NATIVE_BACKEND") != "1" or EMULATED in os.environ:
         return
-    if len(sys.orig_argv) != 3 or sys.orig_argv[1] != "-c":
-        return  # most starts: known without copying the environment
-    backend = hook_backend(sys.orig_argv, dict(os.environ), sys.prefix, sys.base_prefix)
+    argv = sys.orig_argv
+    backend: str | None = None
+    if interpreter_query(argv, sys.prefix, sys.base_prefix):
+        kind, backend = "query", os.path.basename(sys.executable)
+    elif len(argv) == 3 and argv[1] == "-c":  # most starts are known without the environment
+        kind = "backend"
+        backend = hook_backend(argv, dict(os.environ), sys.prefix, sys.base_prefix)
     if backend is None:
         return
     if not os.access(NATIVE, os.X_OK):
-        _log(f"emulated-backend {backend} the native interpreter is not in this stage")
+        if kind == "backend":
+            _log(f"emulated-backend {backend} the native interpreter is not in this stage")
         return
     import importlib.machinery
     import json
 
     os.environ[TARGET] = json.dumps({
-        "backend": backend, "machine": os.uname().machine,
+        "kind": kind, "backend": backend, "machine": os.uname().machine,
+        "libc": os.confstr("CS_GNU_LIBC_VERSION"),
         "multiarch": getattr(sys.implementation, "_multiarch", ""),
         "suffixes": list(importlib.machinery.EXTENSION_SUFFIXES), "maxsize": sys.maxsize,
         "byteorder": sys.byteorder, "emulated": os.path.realpath(sys.executable),
     })  # fmt: skip
-    os.execv(NATIVE, [sys.executable, *sys.orig_argv[1:]])
+    os.execv(NATIVE, [sys.executable, *argv[1:]])
 
 
 def _as_target() -> None:
@@ -125,7 +144,11 @@ def _as_target() -> None:
 
     target = json.loads(raw)
 
-    why = refusal(target, site.getsitepackages())
+    query = target["kind"] == "query"  # no build environment: only the interpreter's own sizes
+    why = refusal(target, [] if query else site.getsitepackages())
+    if why is not None and query:
+        os.environ[EMULATED] = "1"
+        os.execv(target["emulated"], [sys.executable, *sys.orig_argv[1:]])
     if why is not None:
         _log(f"emulated-backend {target['backend']} {why}")
         os.environ[EMULATED] = "1"
@@ -139,7 +162,16 @@ def _as_target() -> None:
         u = native_uname()
         return os.uname_result((u.sysname, u.nodename, u.release, u.version, machine))
 
+    native_confstr = os.confstr
+    libc = target.get("libc")
+
+    def confstr(name: str | int) -> str | None:
+        if libc and name in ("CS_GNU_LIBC_VERSION", os.confstr_names.get("CS_GNU_LIBC_VERSION")):
+            return str(libc)
+        return native_confstr(name)
+
     os.uname = uname
+    os.confstr = confstr
     sys.implementation._multiarch = target["multiarch"]  # type: ignore[attr-defined]
     importlib.machinery.EXTENSION_SUFFIXES[:] = target["suffixes"]
     for name, attrs in (("platform", ("_uname_cache",)), ("sysconfig", ("_CONFIG_VARS",))):
@@ -147,7 +179,7 @@ def _as_target() -> None:
         for attr in attrs:
             if module is not None and hasattr(module, attr):
                 setattr(module, attr, None)  # asked before this: asked again
-    _log(f"native-backend {target['backend']}")
+    _log(f"native-{target['kind']} {target['backend']}")
 
 
 if getattr(sys.implementation, "_multiarch", "") == "x86_64-linux-gnu":
