@@ -48,6 +48,7 @@ class Engine(Protocol):
         self, reference: str, context: str | None = None
     ) -> tuple[str, dict[str, str]] | None: ...
     def copy_image(self, reference: str, to_context: str) -> None: ...
+    def tag_image(self, reference: str, tag: str, context: str | None = None) -> None: ...
     def build_lines(self, spec: BuildSpec) -> Iterator[str]: ...
     def run_in_image(
         self,
@@ -376,14 +377,19 @@ def push_cache(job: JobState) -> None:
         job.say(f"registry cache pushed: {job.cache_ref}")
 
 
+def image_tag(request: RenderRequest, target: str) -> str:
+    """The runtime image's tag: dockerarch/<name>:<version>-<target>."""
+    tag = f"dockerarch/{request.result_name.rsplit('-', 1)[0]}:{request.version}-{target}"
+    return re.sub(r"[^a-z0-9_./:-]", "-", tag.lower())
+
+
 def runtime_image(job: JobState) -> None:
     """The runtime stage from exactly the verified files (the named context `artifacts` in place
     of the stage: nothing of the build stage is resolved again), loaded into the engine."""
     if not job.options.smoke:
         return
     request = job.request
-    tag = f"dockerarch/{request.result_name.rsplit('-', 1)[0]}:{request.version}-{job.target}"
-    job.image_tag = re.sub(r"[^a-z0-9_./:-]", "-", tag.lower())
+    job.image_tag = image_tag(request, job.target)
     verified = _verified_copy(job.landing, job.reports, job.work)
     known = {"DOCKERARCH_NEEDS": " ".join(job.needs_apt)} if job.needs_apt else None
     spec = BuildSpec(

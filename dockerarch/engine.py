@@ -180,6 +180,18 @@ def image_labels(reference: str, context: str | None = None) -> tuple[str, dict[
     return str(image.id), dict(image.config.labels or {})
 
 
+def tag_image(reference: str, tag: str, context: str | None = None) -> None:
+    """Give a local image another tag (docker tag)."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        client(context).image.tag(reference, tag)
+    except DockerException as exc:
+        raise EngineError(
+            f"Cannot tag image {reference} as {tag}: {_whales_error(exc)}", fix=START_HINT
+        ) from exc
+
+
 def import_rootfs(
     context: Path,
     *,

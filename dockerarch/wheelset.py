@@ -568,7 +568,6 @@ def make_sets(
             if failed:
                 continue
             progress.reopen(target_set.target)
-            progress.say(target_set.target, "set: installing it from itself alone, under QEMU")
             try:
                 write_set(target_set, options.out, name, wants, check=functools.partial(
                     check_installed, target_set, options, progress, wanted))  # fmt: skip
@@ -691,6 +690,22 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                    fallback_qemu=options.fallback_qemu)  # fmt: skip
     decision = plan_accel([request], [routed], options.accel, ccache=options.ccache)[0]
     job = Job(request, options, progress, routed, decision)
+    sole = sole_runtime_image(made, wanted, routed.builder)
+    if sole is not None and job.engine.image_labels(sole, routed.context):
+        tag = buildsteps.image_tag(request, made.target)
+        job.engine.tag_image(sole, tag, routed.context)
+        member = next(m for m in made.members.values() if m.node.runtime)
+        made.check = str((member.record or {}).get("smoke") or "")
+        progress.say(made.target, f"set: {sole}, its one board package's runtime image, is the "
+                     f"set installed from itself alone: tagged {tag}, not installed again")  # fmt: skip
+        (landing / "check.log").write_text(
+            f"The set's one board package, {member.key}, was built in this run and installed "
+            f"into {sole} from the set's wheels alone (no index, no network), its libraries "
+            f"found and its modules imported ({made.check}); installing the set again makes "
+            f"the same image, so {sole} is tagged {tag}.\n"
+        )
+        return
+    progress.say(made.target, "set: installing it from itself alone, under QEMU")
     work = make_work_dir(landing.parent, "check")
     try:
         job.work = work
@@ -729,6 +744,25 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
             shutil.copyfile(work / "check.log", landing / "check.log")
         shutil.rmtree(work, ignore_errors=True)
         job.work = None
+
+
+def sole_runtime_image(made: TargetSet, wanted: SetRequest, builder: str) -> str | None:
+    """The runtime image of the set's one board package when that image already is the set
+    installed: the package was built in this run by ``builder`` (the one that would check the
+    set), so its runtime image was made from this set's wheels alone (no index, no network),
+    its libraries checked and its modules imported; nothing else goes on the board, and no
+    --test asks for more. Installing the set again would make the same image."""
+    installed = [m for m in made.members.values() if m.node.runtime or m.node.test]
+    if wanted.test_command or len(installed) != 1 or not installed[0].node.runtime:
+        return None
+    member = installed[0]
+    record = member.record or {}
+    image, route = record.get("image"), record.get("builder")
+    if not member.built or member.reused or not isinstance(image, dict):
+        return None
+    if not isinstance(route, dict) or route.get("name") != builder or not image.get("tag"):
+        return None
+    return str(image["tag"])
 
 
 TEST_TIMEOUT = 3600  # seconds: a user's test suite under QEMU

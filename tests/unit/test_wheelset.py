@@ -539,3 +539,43 @@ def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: 
     assert {"libopenblas-dev", "pkg-config"} <= set(built.recipe.apt)
     assert built.recipe.apt.count("pkg-config") == 1  # the recipe's own is not repeated
     assert set(wheelset.build_needs()["lxml"]) == {"libxml2-dev", "libxslt1-dev"}
+
+
+def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Path) -> None:
+    # `build wheel --package brotli`: the member's runtime image was installed from the set's
+    # wheels alone; installing the set again would make the same image.
+    import dataclasses
+
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    def node(name: str, runtime: bool = True, sdist: bool = True) -> closure.Resolved:
+        filename = f"{name}-1.0.tar.gz" if sdist else f"{name}-1.0-py3-none-any.whl"
+        return closure.Resolved(candidate=closure.Candidate(
+            name=name, version=Version("1.0"),
+            file=IndexFile(filename=filename, url="http://127.0.0.1/x")), runtime=runtime)  # fmt: skip
+
+    record = {"image": {"tag": "dockerarch/brotli:1.0-debian-aarch64", "id": "sha256:1"},
+              "builder": {"name": "local", "endpoint": None}, "smoke": "imported brotli"}  # fmt: skip
+    request = plan("wheel", arch="aarch64", target=None, version=None, package="brotli",
+                   settings={})[0]  # fmt: skip
+    built = wheelset.Member(node=node("brotli"), record=record)
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "brotli==1.0": built, "setuptools==1.0": wheelset.Member(node=node("setuptools", runtime=False, sdist=False))})  # fmt: skip
+    wanted = wheelset.SetRequest(requirement_files=[], packages=["brotli"])
+    sole = wheelset.sole_runtime_image
+    assert sole(made, wanted, "local") == "dockerarch/brotli:1.0-debian-aarch64"
+    assert sole(made, wanted, "pi-node") is None  # another builder checks the set
+    with_tests = dataclasses.replace(wanted, test_command="pytest")
+    assert sole(made, with_tests, "local") is None  # the tests run in the set's own image
+    built.reused = True  # built by an earlier run: its image may be older than this set
+    assert sole(made, wanted, "local") is None
+    built.reused = False
+    made.members["six==1.0"] = wheelset.Member(
+        node=node("six", sdist=False)
+    )  # a second board package
+    assert sole(made, wanted, "local") is None
+    del made.members["six==1.0"]
+    made.members["brotli==1.0"] = wheelset.Member(node=node("brotli", sdist=False), record=record)
+    assert sole(made, wanted, "local") is None  # fetched, not built: no runtime image of its own
