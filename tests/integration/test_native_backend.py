@@ -113,7 +113,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
             done = dockerarch("build", "wheel", "--package", str(src), "--arch", "aarch64",
                               "--set", f"BACKEND={route}", "--out", str(out), timeout=1800)  # fmt: skip
             assert done.returncode == 0, done.stderr[-3000:]
-            (result,) = (out / "debian-aarch64").iterdir()
+            (result,) = (out / "debian-aarch64").glob("dockerarch_backend_*-1.0")
             (out / "progress.txt").write_text(done.stderr)
             results[kind, route] = result
     return results
