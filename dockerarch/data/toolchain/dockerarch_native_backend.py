@@ -174,11 +174,14 @@ def _as_target() -> None:
     os.confstr = confstr
     sys.implementation._multiarch = target["multiarch"]  # type: ignore[attr-defined]
     importlib.machinery.EXTENSION_SUFFIXES[:] = target["suffixes"]
-    for name, attrs in (("platform", ("_uname_cache",)), ("sysconfig", ("_CONFIG_VARS",))):
+    # Asked before this (3.12+ also keeps a flag): asked again.
+    forget = {"platform": {"_uname_cache": None},
+              "sysconfig": {"_CONFIG_VARS": None, "_CONFIG_VARS_INITIALIZED": False}}  # fmt: skip
+    for name, attrs in forget.items():
         module = sys.modules.get(name)
-        for attr in attrs:
+        for attr, value in attrs.items():
             if module is not None and hasattr(module, attr):
-                setattr(module, attr, None)  # asked before this: asked again
+                setattr(module, attr, value)
     _log(f"native-{target['kind']} {target['backend']}")
 
 
