@@ -175,7 +175,7 @@ def _as_target() -> None:
     sys.implementation._multiarch = target["multiarch"]  # type: ignore[attr-defined]
     importlib.machinery.EXTENSION_SUFFIXES[:] = target["suffixes"]
     # Asked before this (3.12+ also keeps a flag): asked again.
-    forget = {"platform": {"_uname_cache": None},
+    forget: dict[str, dict[str, object]] = {"platform": {"_uname_cache": None},
               "sysconfig": {"_CONFIG_VARS": None, "_CONFIG_VARS_INITIALIZED": False}}  # fmt: skip
     for name, attrs in forget.items():
         module = sys.modules.get(name)
