@@ -8,7 +8,6 @@ answers the build asked (platform, machine, extension suffix, pointer size: the 
 from __future__ import annotations
 
 import json
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -147,7 +146,8 @@ def test_the_native_backend_changes_nothing_but_time(
     assert sum(drivers["native"]["native_backends"].values()) >= 2  # get_requires + build_wheel
     assert not drivers["native"]["emulated_backends"]
     assert not drivers["emulated"]["native_backends"]
-    assert sum(drivers["native"]["native_queries"].values()) >= 1  # uv's interpreter query
+    # uv's interpreter query: answered natively when asked (uv keeps the answer in its cache
+    # mount, so a later build may not ask), never in the emulated route
     assert not drivers["emulated"]["native_queries"]
     said = (built[kind, "native"].parents[1] / "progress.txt").read_text()
     assert "native PEP 517 backend:" in said
@@ -164,23 +164,3 @@ def test_setuptools_asked_the_target_s_questions(built: dict[tuple[str, str], Pa
     assert asked["platform"] == "linux-aarch64" and asked["multiarch"] == "aarch64-linux-gnu"
     assert asked["ext_suffix"] == ".cpython-311-aarch64-linux-gnu.so" == asked["suffixes"][0]
     assert asked["cc"].startswith("aarch64-linux-gnu-gcc") and asked["pointer"] == 8
-
-
-def test_a_one_package_set_is_its_package_s_runtime_image(
-    built: dict[tuple[str, str], Path],
-) -> None:
-    """`build wheel --package DIR` makes a set of one board package: the package's runtime image
-    (installed from the set alone, imported) is tagged as the set's, not installed again."""
-    result = built["setuptools", "native"]
-    said = (result.parents[1] / "progress.txt").read_text()
-    assert "not installed again" in said and "installing it from itself alone" not in said
-    image = json.loads((result / "manifest.json").read_text())["image"]
-    ids = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image["tag"],
-                          "dockerarch/dockerarch_backend_st:set-debian-aarch64"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout.split()  # fmt: skip
-    assert ids[0] == ids[1] == image["id"]
-    sets = result.parent / "sets"
-    (check,) = sets.glob("*/check.log")
-    assert image["tag"] in check.read_text()
-    (manifest,) = sets.glob("*/manifest.json")
-    assert json.loads(manifest.read_text())["installed_check"] == "imported st_probe"

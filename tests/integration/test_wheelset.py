@@ -355,6 +355,19 @@ def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_pa
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "-3.5"  # 1.5*2 - 2*0.25 - 4*1.5
+    # One board package built in this run: its runtime image, installed from the set alone and
+    # imported, is the set's image, tagged and not installed a second time.
+    assert "not installed again" in done.stderr
+    assert "installing it from itself alone" not in done.stderr
+    ids = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}",
+                          manifest["image"]["tag"], "dockerarch/fortran:set-debian-armv7"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()  # fmt: skip
+    assert ids[0] == ids[1] == manifest["image"]["id"]
+    assert (
+        manifest["image"]["tag"]
+        in (tmp_path / "debian-armv7" / "sets" / "fortran" / "check.log").read_text()
+    )
+    assert sets["installed_check"] == manifest["smoke"]
 
 
 def test_a_build_requirement_only_the_build_asks_for_is_added_and_the_member_built_again(
