@@ -94,6 +94,19 @@ configure_file(output: 'me_asked.txt', configuration: conf, input: 'me_asked.txt
     },
 }
 ROUTES = ("native", "emulated")
+# A build requirement with compiled modules (cffi's _cffi_backend, the target's wheel), imported
+# by the build: the native interpreter cannot load it, so the hooks go back to the emulated one.
+REFUSED = {
+    "pyproject.toml": pyproject(
+        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf"
+    ).replace('requires = ["setuptools>=61"]', 'requires = ["setuptools>=61", "cffi"]'),
+    "setup.py": """\
+import cffi
+from setuptools import Extension, setup
+setup(ext_modules=[Extension("_cf", ["cf.c"], define_macros=[("CFFI", '"' + cffi.__version__ + '"')])])
+""",
+    "cf.c": MODULE_C.replace("NAME", "_cf"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +177,23 @@ def test_setuptools_asked_the_target_s_questions(built: dict[tuple[str, str], Pa
     assert asked["platform"] == "linux-aarch64" and asked["multiarch"] == "aarch64-linux-gnu"
     assert asked["ext_suffix"] == ".cpython-311-aarch64-linux-gnu.so" == asked["suffixes"][0]
     assert asked["cc"].startswith("aarch64-linux-gnu-gcc") and asked["pointer"] == 8
+
+
+def test_a_compiled_build_requirement_keeps_the_backend_emulated(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    src = tmp_path_factory.mktemp("refused")
+    for name, text in REFUSED.items():
+        (src / name).write_text(text)
+    out = tmp_path_factory.mktemp("refusedout")
+    done = dockerarch("build", "wheel", "--package", str(src), "--arch", "aarch64", "--out",
+                      str(out), timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = (out / "debian-aarch64").glob("dockerarch_backend_cf-1.0")
+    assert _wheel(result).name == "dockerarch_backend_cf-1.0-cp311-cp311-linux_aarch64.whl"
+    drivers = json.loads((result / "manifest.json").read_text())["drivers"]
+    assert not drivers["native_backends"]
+    why = drivers["emulated_backends"]["setuptools.build_meta"]
+    assert why.startswith("the build environment has a compiled module for the target (")
+    assert "_cffi_backend" in why and "aarch64" in why
+    assert "PEP 517 backend setuptools.build_meta ran emulated:" in done.stderr

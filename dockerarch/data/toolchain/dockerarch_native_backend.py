@@ -146,11 +146,9 @@ def _as_target() -> None:
 
     query = target["kind"] == "query"  # no build environment: only the interpreter's own sizes
     why = refusal(target, [] if query else site.getsitepackages())
-    if why is not None and query:
-        os.environ[EMULATED] = "1"
-        os.execv(target["emulated"], [sys.executable, *sys.orig_argv[1:]])
     if why is not None:
-        _log(f"emulated-backend {target['backend']} {why}")
+        if not query:
+            _log(f"emulated-backend {target['backend']} {why}")
         os.environ[EMULATED] = "1"
         os.execv(target["emulated"], [sys.executable, *sys.orig_argv[1:]])
     import importlib.machinery
