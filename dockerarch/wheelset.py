@@ -690,11 +690,10 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                    fallback_qemu=options.fallback_qemu)  # fmt: skip
     decision = plan_accel([request], [routed], options.accel, ccache=options.ccache)[0]
     job = Job(request, options, progress, routed, decision)
-    sole = sole_runtime_image(made, wanted, routed.builder)
-    if sole is not None and job.engine.image_labels(sole, routed.context):
+    member, sole = sole_runtime_image(made, wanted, routed.builder) or (None, None)
+    if member is not None and sole is not None and job.engine.image_labels(sole, routed.context):
         tag = buildsteps.image_tag(request, made.target)
         job.engine.tag_image(sole, tag, routed.context)
-        member = next(m for m in made.members.values() if m.node.runtime)
         made.check = str((member.record or {}).get("smoke") or "")
         progress.say(made.target, f"set: {sole}, its one board package's runtime image, is the "
                      f"set installed from itself alone: tagged {tag}, not installed again")  # fmt: skip
@@ -746,8 +745,9 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
         job.work = None
 
 
-def sole_runtime_image(made: TargetSet, wanted: SetRequest, builder: str) -> str | None:
-    """The runtime image of the set's one board package when that image already is the set
+def sole_runtime_image(made: TargetSet, wanted: SetRequest,
+                       builder: str) -> tuple[Member, str] | None:  # fmt: skip
+    """The set's one board package and its runtime image's tag, when that image already is the set
     installed: the package was built in this run by ``builder`` (the one that would check the
     set), so its runtime image was made from this set's wheels alone (no index, no network),
     its libraries checked and its modules imported; nothing else goes on the board, and no
@@ -762,7 +762,7 @@ def sole_runtime_image(made: TargetSet, wanted: SetRequest, builder: str) -> str
         return None
     if not isinstance(route, dict) or route.get("name") != builder or not image.get("tag"):
         return None
-    return str(image["tag"])
+    return member, str(image["tag"])
 
 
 TEST_TIMEOUT = 3600  # seconds: a user's test suite under QEMU
