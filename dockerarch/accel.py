@@ -554,7 +554,7 @@ class DriverReport:
     emulated with the reason; how often each code generator ran natively; and where each PEP 517
     backend ran (dockerarch_native_backend: hook calls run natively, by backend, and the backends
     sent back to the emulated Python, with the reason), with uv's interpreter queries answered
-    natively."""
+    natively and the compiled build requirements given x86-64 twins (by version)."""
 
     native: dict[str, str]
     emulated: dict[str, str]
@@ -562,6 +562,7 @@ class DriverReport:
     backends: dict[str, int] = dataclasses.field(default_factory=dict)  # native hook calls
     emulated_backends: dict[str, str] = dataclasses.field(default_factory=dict)
     queries: dict[str, int] = dataclasses.field(default_factory=dict)  # uv's, answered natively
+    twins: dict[str, str] = dataclasses.field(default_factory=dict)  # build requirement: version
 
     @classmethod
     def parse(cls, text: str) -> DriverReport:
@@ -571,6 +572,7 @@ class DriverReport:
         backends: dict[str, int] = {}
         emulated_backends: dict[str, str] = {}
         queries: dict[str, int] = {}
+        twins: dict[str, str] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
             package, _, detail = rest.partition(" ")
@@ -586,17 +588,19 @@ class DriverReport:
                 queries[package] = queries.get(package, 0) + 1
             elif kind == "emulated-backend" and package:
                 emulated_backends[package] = detail
+            elif kind == "native-twin" and package:  # once per build environment
+                twins[package] = detail.strip()
             elif kind == "emulated" and package:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated, generators=runs, backends=backends,
-                   emulated_backends=emulated_backends, queries=queries)  # fmt: skip
+                   emulated_backends=emulated_backends, queries=queries, twins=twins)  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
         return {"native": dict(self.native), "emulated": dict(self.emulated),
                 "native_generators": dict(self.generators),
                 "native_backends": dict(self.backends),
                 "emulated_backends": dict(self.emulated_backends),
-                "native_queries": dict(self.queries)}  # fmt: skip
+                "native_queries": dict(self.queries), "native_twins": dict(self.twins)}  # fmt: skip
 
     def lines(self) -> list[str]:
         """What the progress says."""
@@ -611,6 +615,9 @@ class DriverReport:
         if self.backends:
             said.append("native PEP 517 backend: " + ", ".join(
                 f"{b} ({n} hook call{'s' if n != 1 else ''})" for b, n in self.backends.items()))  # fmt: skip
+        if self.twins:
+            said.append("x86-64 twins of the target's compiled build requirements: " + ", ".join(
+                f"{p} {v}" for p, v in self.twins.items()))  # fmt: skip
         said += [f"PEP 517 backend {b} ran emulated: {why}"
                  for b, why in self.emulated_backends.items()]  # fmt: skip
         if self.queries:

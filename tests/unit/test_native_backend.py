@@ -74,38 +74,114 @@ def test_uv_interpreter_queries_are_recognised() -> None:
     assert not query([*argv[:4], "import sys; print(sys.path)"], "/usr", "/usr")
 
 
-def test_compiled_modules_for_the_target_send_the_backend_back(tmp_path: Path) -> None:
+AARCH64 = ".cpython-311-aarch64-linux-gnu.so"
+X86_64 = ".cpython-311-x86_64-linux-gnu.so"
+
+
+def _x86_64() -> bytes:
+    x86 = bytearray(shared_object("aarch64"))
+    x86[18:20] = (62).to_bytes(2, "little")  # EM_X86_64
+    return bytes(x86)
+
+
+def _dist(site: Path, name: str, version: str, files: list[str]) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nabout\n"
+    )
+    (info / "RECORD").write_text(
+        "".join(f"{f},sha256=x,1\n" for f in files) + f"{info.name}/RECORD,,\n"
+    )
+
+
+def test_the_targets_extension_modules_need_x86_64_twins_beside_them(tmp_path: Path) -> None:
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     (site / "setuptools").mkdir(parents=True)
     (site / "setuptools" / "__init__.py").write_text("")
     # the retagged x86-64 driver wheels (cmake, ninja) bring x86-64 programs: not modules
     (site / "cmake" / "data" / "bin").mkdir(parents=True)
-    x86 = bytearray(shared_object("aarch64"))
-    x86[18:20] = (62).to_bytes(2, "little")  # EM_X86_64
-    (site / "cmake" / "data" / "bin" / "cmake").write_bytes(bytes(x86))
-    (site / "_x86helper.so").write_bytes(bytes(x86))
+    (site / "cmake" / "data" / "bin" / "cmake").write_bytes(_x86_64())
+    (site / "_x86helper.so").write_bytes(_x86_64())
     (site / "notelf.so").write_text("a linker script, not ELF")
-    target = {"maxsize": sys.maxsize, "byteorder": sys.byteorder}
-    assert BACKEND.foreign_module([str(site)]) is None
-    assert BACKEND.refusal(target, [str(site)]) is None
+    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([], [])
     numpy = site / "numpy" / "_core"
     numpy.mkdir(parents=True)
-    (numpy / "_multiarray_umath.cpython-311-aarch64-linux-gnu.so").write_bytes(shared_object())
-    module = "numpy/_core/_multiarray_umath.cpython-311-aarch64-linux-gnu.so"
-    assert BACKEND.foreign_module([str(site)]) == module
-    assert BACKEND.refusal(target, [str(site)]) == (
-        f"the build environment has a compiled module for the target ({module})"
+    (numpy / f"_multiarray_umath{AARCH64}").write_bytes(shared_object())
+    # numpy's vendored libraries (numpy.libs, hashed names) come with the twin wheel: not needed
+    (site / "numpy.libs").mkdir()
+    (site / "numpy.libs" / "libscipy_openblas64_-ff651d7f.so").write_bytes(shared_object())
+    (site / "libfoo.so.1").write_bytes(shared_object())
+    module = f"numpy/_core/_multiarray_umath{AARCH64}"
+    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([module], [])
+    (numpy / f"_multiarray_umath{X86_64}").write_bytes(_x86_64())
+    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([], [])
+    # one file name for both machines: no twin can sit beside it
+    (site / "_speedups.abi3.so").write_bytes(shared_object())
+    (site / "_plain.so").write_bytes(shared_object("armhf"))
+    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == (
+        [],
+        ["_plain.so", "_speedups.abi3.so"],
     )
-    (numpy / "_multiarray_umath.cpython-311-aarch64-linux-gnu.so").unlink()
-    (site / "libfoo.so.1").write_bytes(shared_object("armhf"))  # a versioned library name
-    assert BACKEND.foreign_module([str(site)]) == "libfoo.so.1"
 
 
-def test_a_32_bit_target_keeps_its_backend_emulated(tmp_path: Path) -> None:
+def test_each_module_is_traced_to_the_distribution_whose_twin_is_fetched(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    backend_so, numpy_so = f"_cffi_backend{AARCH64}", f"numpy/_core/_multiarray_umath{AARCH64}"
+    _dist(site, "cffi", "1.17.1", ["cffi/__init__.py", backend_so])
+    _dist(
+        site,
+        "numpy",
+        "2.1.3",
+        ["numpy/__init__.py", numpy_so, f"numpy/linalg/_umath_linalg{AARCH64}"],
+    )
+    found = BACKEND.owners(
+        str(site), [backend_so, numpy_so, f"numpy/linalg/_umath_linalg{AARCH64}", "stray.so"]
+    )
+    assert found == {
+        ("cffi", "1.17.1"): [backend_so],
+        ("numpy", "2.1.3"): [numpy_so, f"numpy/linalg/_umath_linalg{AARCH64}"],
+        ("", ""): ["stray.so"],
+    }
+
+
+def test_only_the_twin_wheels_compiled_files_that_are_not_there_are_copied(tmp_path: Path) -> None:
+    site, unpacked = tmp_path / "site", tmp_path / "unpacked"
+    for top in (site, unpacked):
+        (top / "cffi").mkdir(parents=True)
+        (top / "cffi" / "__init__.py").write_text("# the same pure Python")
+    (site / f"_cffi_backend{AARCH64}").write_bytes(shared_object())
+    (site / "cffi.libs").mkdir()
+    (site / "cffi.libs" / "libffi-aaaa.so.8").write_bytes(shared_object())
+    (unpacked / f"_cffi_backend{X86_64}").write_bytes(_x86_64())
+    (unpacked / "cffi.libs").mkdir()
+    (unpacked / "cffi.libs" / "libffi-bbbb.so.8").write_bytes(_x86_64())
+    (unpacked / "cffi" / "_notes.so").write_text("not ELF: not copied")
+    assert BACKEND.twin_files(str(unpacked), str(site)) == [
+        f"_cffi_backend{X86_64}",
+        "cffi.libs/libffi-bbbb.so.8",
+    ]
+    (site / f"_cffi_backend{X86_64}").write_bytes(_x86_64())
+    assert BACKEND.twin_files(str(unpacked), str(site)) == ["cffi.libs/libffi-bbbb.so.8"]
+
+
+def test_a_module_that_cannot_have_a_twin_keeps_the_backend_emulated(tmp_path: Path) -> None:
+    (tmp_path / "_speedups.abi3.so").write_bytes(shared_object())
+    why = BACKEND.twins({"suffixes": [AARCH64, ".abi3.so", ".so"]}, [str(tmp_path)])
+    assert why is not None and "_speedups.abi3.so" in why and "twin" in why
+    (tmp_path / "_speedups.abi3.so").unlink()
+    (tmp_path / f"stray{AARCH64}").write_bytes(shared_object())  # in no RECORD: no wheel to ask for
+    why = BACKEND.twins({"suffixes": [AARCH64, ".abi3.so", ".so"]}, [str(tmp_path)])
+    assert why is not None and f"stray{AARCH64}" in why and "no distribution" in why
+    assert BACKEND.twins({"suffixes": []}, [str(tmp_path)]) is not None
+
+
+def test_a_32_bit_target_keeps_its_backend_emulated() -> None:
     armv7 = {"maxsize": 2**31 - 1, "byteorder": "little"}
-    assert "64-bit" in BACKEND.refusal(armv7, [str(tmp_path)])
+    assert "64-bit" in BACKEND.refusal(armv7)
     big = {"maxsize": sys.maxsize, "byteorder": "big"}
-    assert BACKEND.refusal(big, [str(tmp_path)]) is not None
+    assert BACKEND.refusal(big) is not None
+    assert BACKEND.refusal({"maxsize": sys.maxsize, "byteorder": sys.byteorder}) is None
 
 
 def test_the_report_says_where_each_backend_ran() -> None:
@@ -114,7 +190,7 @@ def test_the_report_says_where_each_backend_ran() -> None:
         "native-backend setuptools.build_meta\nnative-backend setuptools.build_meta\n"
         "native-backend scikit_build_core.build\n"
         "emulated-backend mesonpy the build environment has a compiled module for the target "
-        "(numpy/_core/_x.so)\nnative-query python3.11\n"
+        "(numpy/_core/_x.so)\nnative-query python3.11\nnative-twin cffi 1.17.1\n"
     )
     assert report.backends == {"setuptools.build_meta": 2, "scikit_build_core.build": 1}
     assert report.emulated_backends == {
@@ -123,11 +199,13 @@ def test_the_report_says_where_each_backend_ran() -> None:
     assert report.as_dict()["native_backends"] == report.backends
     assert report.lines()[1:] == [
         "native PEP 517 backend: setuptools.build_meta (2 hook calls), scikit_build_core.build (1 hook call)",
+        "x86-64 twins of the target's compiled build requirements: cffi 1.17.1",
         "PEP 517 backend mesonpy ran emulated: the build environment has a compiled module for "
         "the target (numpy/_core/_x.so)",
         "uv's interpreter query answered natively as the target: python3.11 (1x)",
     ]
     assert report.as_dict()["native_queries"] == {"python3.11": 1}
+    assert report.as_dict()["native_twins"] == {"cffi": "1.17.1"}
 
 
 def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:

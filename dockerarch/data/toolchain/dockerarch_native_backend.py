@@ -18,8 +18,17 @@ the wheel's platform tag), sys.implementation._multiarch (so sysconfig and distu
 target's _sysconfigdata: EXT_SUFFIX, SOABI, CC, LDSHARED, flags, include dirs), and
 importlib.machinery.EXTENSION_SUFFIXES. Refused, back to the emulated interpreter with the
 reason in the log, when the target's pointer size or byte order is not the native one (32-bit
-ARM: sys.maxsize would differ), or when the build environment holds a compiled module for the
-target (numpy, cffi or Cython as build requirements: the native interpreter cannot load them).
+ARM: sys.maxsize would differ).
+
+Compiled build requirements (cffi, numpy, Cython: the target's wheels, which the native
+interpreter cannot load) get their x86-64 twins: the same version's x86-64 wheel, fetched where
+the build takes its wheels, gives only its compiled files (extension modules, the libraries it
+vendors), copied beside the target's in the build environment. The names never clash
+(_cffi_backend.cpython-311-x86_64-linux-gnu.so beside ...-aarch64-linux-gnu.so, vendored
+libraries' hashed names): each interpreter loads its own by its own suffix, and everything else
+(pure Python, headers such as numpy's _numpyconfig.h, static libraries) stays the target's. Refused
+when a module cannot have a twin beside it (an abi3 or untagged module: one file name for both)
+or no x86-64 wheel of that version is found ("native-twin DIST VERSION" is logged per twin).
 
 uv's question to the target's interpreter before it makes the build environment (`python3.N -I
 -B -c SCRIPT`, its get_interpreter_info: markers, platform, glibc, schemes, pointer size) is
@@ -27,7 +36,7 @@ answered the same way: the native interpreter started as /usr/bin/python3.N, the
 answers in place (the C library's version too), no build environment to look at.
 
 Every decision is one line of $DOCKERARCH_DRIVERS_LOG: "native-backend NAME",
-"emulated-backend NAME WHY" or "native-query INTERPRETER".
+"emulated-backend NAME WHY", "native-twin DIST VERSION" or "native-query INTERPRETER".
 """
 
 from __future__ import annotations
@@ -65,35 +74,160 @@ def interpreter_query(argv: list[str], prefix: str, base_prefix: str) -> bool:
             and _QUERY in argv[4])  # fmt: skip
 
 
-def foreign_module(site_dirs: list[str]) -> str | None:
-    """The first compiled module under ``site_dirs`` that is not x86-64 code (a file named
-    *.so with an ELF header of another machine), as a path relative to its directory."""
-    for top in site_dirs:
-        for root, dirs, files in os.walk(top):
-            dirs.sort()
-            for name in sorted(files):
-                if not (name.endswith(".so") or ".so." in name):
-                    continue
-                path = os.path.join(root, name)
-                try:
-                    with open(path, "rb") as f:
-                        head = f.read(20)
-                except OSError:
-                    continue
-                if len(head) == 20 and head[:4] == b"\x7fELF":
-                    machine = head[18:20] if head[5] == 1 else head[19:17:-1]
-                    if int.from_bytes(machine, "little") != _EM_X86_64:
-                        return os.path.relpath(path, top)
+def elf_machine(path: str) -> int | None:
+    """The ELF machine of the file at ``path`` (62: x86-64), or None for any other file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    return int.from_bytes(head[18:20] if head[5] == 1 else head[19:17:-1], "little")
+
+
+def _compiled(top: str) -> list[str]:
+    """The files named *.so or *.so.N under ``top``, relative to it, in a stable order."""
+    found = []
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        found += [os.path.relpath(os.path.join(root, name), top)
+                  for name in sorted(files) if name.endswith(".so") or ".so." in name]  # fmt: skip
+    return found
+
+
+def _library(relpath: str) -> bool:
+    """Whether a compiled file is a library a module loads (a wheel's vendored *.libs, lib*.so*),
+    not a module Python imports by its name."""
+    parts = relpath.split(os.sep)
+    return any(p.endswith(".libs") for p in parts[:-1]) or parts[-1].startswith("lib")
+
+
+def twins_needed(top: str, target_suffix: str,
+                 native_suffix: str) -> tuple[list[str], list[str]]:  # fmt: skip
+    """The target's extension modules under ``top`` (named *``target_suffix``*, not x86-64 code)
+    whose x86-64 twin (the same name with ``native_suffix``) is not there; and the target's
+    modules that cannot have a twin beside them (abi3 or untagged: one name for both)."""
+    missing, clash = [], []
+    for rel in _compiled(top):
+        machine = elf_machine(os.path.join(top, rel))
+        if machine is None or machine == _EM_X86_64 or _library(rel):
+            continue
+        if rel.endswith(target_suffix):
+            if not os.path.exists(os.path.join(top, rel[: -len(target_suffix)] + native_suffix)):
+                missing.append(rel)
+        else:
+            clash.append(rel)
+    return missing, clash
+
+
+def owners(top: str, relpaths: list[str]) -> dict[tuple[str, str], list[str]]:
+    """The distributions (name, version) in the environment ``top`` whose RECORD lists each of
+    ``relpaths``; a file no RECORD lists is under ("", "")."""
+    import csv
+
+    owner: dict[str, tuple[str, str]] = {}
+    for info in sorted(os.listdir(top) if os.path.isdir(top) else []):
+        if not info.endswith(".dist-info"):
+            continue
+        name = version = ""
+        try:
+            with open(os.path.join(top, info, "METADATA"), encoding="utf-8") as f:
+                for line in f:
+                    if not line.strip():
+                        break
+                    key, _, value = line.partition(":")
+                    if key == "Name":
+                        name = value.strip()
+                    elif key == "Version":
+                        version = value.strip()
+            with open(os.path.join(top, info, "RECORD"), newline="", encoding="utf-8") as f:
+                for row in csv.reader(f):
+                    if row:
+                        owner[os.path.normpath(row[0])] = (name, version)
+        except OSError:
+            continue
+    found: dict[tuple[str, str], list[str]] = {}
+    for rel in relpaths:
+        found.setdefault(owner.get(os.path.normpath(rel), ("", "")), []).append(rel)
+    return found
+
+
+def twin_files(unpacked: str, top: str) -> list[str]:
+    """The x86-64 files of a wheel unpacked at ``unpacked`` (its extension modules and the
+    libraries it vendors) that ``top`` does not have, relative to both."""
+    return [rel for rel in _compiled(unpacked)
+            if elf_machine(os.path.join(unpacked, rel)) == _EM_X86_64
+            and not os.path.lexists(os.path.join(top, rel))]  # fmt: skip
+
+
+def _fetch_twin(name: str, version: str, top: str) -> str | None:
+    """Copies the compiled files of ``name`` ``version``'s x86-64 wheel into the environment
+    ``top``; why not, or None. The wheel comes from where this build takes its wheels: uv's index
+    settings, or $DOCKERARCH_TWIN_ARGS (a wheel set's build: its own wheels, no index)."""
+    import shlex
+    import shutil
+    import subprocess
+    import tempfile
+
+    uv = shutil.which("uv")
+    if uv is None:
+        return "uv is not in this stage"
+    unpacked = tempfile.mkdtemp(prefix="dockerarch-twin-")
+    try:
+        run = subprocess.run(
+            [uv, "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
+             *shlex.split(os.environ.get("DOCKERARCH_TWIN_ARGS", "")),
+             "--python", NATIVE, "--target", unpacked, f"{name}=={version}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if run.returncode != 0:
+            said = [ln.strip() for ln in (run.stderr + run.stdout).splitlines() if ln.strip()]
+            return f"no x86-64 wheel of {name} {version} ({said[-1] if said else run.returncode})"
+        for rel in twin_files(unpacked, top):
+            os.makedirs(os.path.dirname(os.path.join(top, rel)), exist_ok=True)
+            shutil.copy2(os.path.join(unpacked, rel), os.path.join(top, rel))
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)  # made here: nothing mounted under it
+    _log(f"native-twin {name} {version}")
     return None
 
 
-def refusal(target: dict[str, object], site_dirs: list[str]) -> str | None:
-    """Why the native interpreter may not run the backend for ``target``, or None."""
+def twins(target: dict[str, object], site_dirs: list[str]) -> str | None:
+    """Gives each of the target's extension modules in the build environment its x86-64 twin;
+    why the backend cannot run natively, or None."""
+    import _imp
+
+    suffixes = target.get("suffixes")
+    if not isinstance(suffixes, list) or not suffixes:
+        return "the target's extension suffix is not known"
+    target_suffix, native_suffix = str(suffixes[0]), _imp.extension_suffixes()[0]
+    for top in site_dirs:
+        missing, clash = twins_needed(top, target_suffix, native_suffix)
+        if clash:
+            return (f"the build environment has a compiled module for the target that cannot "
+                    f"have an x86-64 twin beside it ({clash[0]})")  # fmt: skip
+        for (name, version), files in owners(top, missing).items():
+            if not name:
+                return f"a compiled module for the target belongs to no distribution ({files[0]})"
+            why = _fetch_twin(name, version, top)
+            if why is not None:
+                return why
+        missing, _ = twins_needed(top, target_suffix, native_suffix)
+        if missing:
+            return (f"the build environment has a compiled module for the target without an "
+                    f"x86-64 twin ({missing[0]})")  # fmt: skip
+    if site_dirs:
+        import importlib
+
+        importlib.invalidate_caches()
+    return None
+
+
+def refusal(target: dict[str, object]) -> str | None:
+    """Why the native interpreter may not stand in for ``target`` at all, or None."""
     if target.get("maxsize") != sys.maxsize or target.get("byteorder") != sys.byteorder:
         return "the target's Python is not 64-bit little-endian as the native one is"
-    module = foreign_module(site_dirs)
-    if module is not None:
-        return f"the build environment has a compiled module for the target ({module})"
     return None
 
 
@@ -145,7 +279,9 @@ def _as_target() -> None:
     target = json.loads(raw)
 
     query = target["kind"] == "query"  # no build environment: only the interpreter's own sizes
-    why = refusal(target, [] if query else site.getsitepackages())
+    why = refusal(target)
+    if why is None and not query:
+        why = twins(target, site.getsitepackages())
     if why is not None:
         if not query:
             _log(f"emulated-backend {target['backend']} {why}")
