@@ -1,9 +1,11 @@
 """The native PEP 517 backend of hybrid builds for aarch64 (data/toolchain/dockerarch_native_backend.py):
-a setuptools, a scikit-build-core and a meson-python package, written here, each built twice for
-aarch64: with the backend in the native Python (the default) and emulated (--set
-BACKEND=emulated). Nothing may change but time: the wheel's name (its tag), its file list, every
-shared object's dynamic symbols and loadable section sizes, and what each build recorded of the
-answers the build asked (platform, machine, extension suffix, pointer size: the target's)."""
+a setuptools, a scikit-build-core and a meson-python package, and two whose builds import a
+compiled build requirement (cffi generating an API-mode module's C, numpy's C API), written here,
+each built twice for aarch64: with the backend in the native Python (the default; cffi and numpy
+then get their x86-64 twins) and emulated (--set BACKEND=emulated). Nothing may change but time:
+the wheel's name (its tag), its file list, every shared object's dynamic symbols and loadable
+section sizes, and every other file byte for byte (cffi's generated C, what each build recorded
+of the answers it asked: platform, machine, extension suffix, pointer size: the target's)."""
 
 from __future__ import annotations
 
@@ -92,20 +94,95 @@ configure_file(output: 'me_asked.txt', configuration: conf, input: 'me_asked.txt
         "me_asked.txt.in": "cpu=@cpu@ suffix=@suffix@\n",
         "me.c": MODULE_C.replace("NAME", "_me"),
     },
+    # cffi's API mode: the build imports cffi (its _cffi_backend compiled for the target) to
+    # generate the module's C, kept in the wheel to compare.
+    "cffi": {
+        "pyproject.toml": pyproject(
+            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf"
+        ).replace('"setuptools>=61"]', '"setuptools>=61", "cffi>=1.17"]'),
+        "setup.py": """\
+import os
+from cffi import FFI
+from setuptools import Extension, setup
+ffi = FFI()
+ffi.cdef(\"\"\"
+struct cf_point { int x; long y; ...; };
+typedef enum { CF_RED, CF_GREEN = 5, ... } cf_colour;
+#define CF_LIMIT ...
+long cf_sum(struct cf_point *p);
+double cf_scale(double v, long double k);
+\"\"\")
+ffi.set_source("cf_pkg._cf", \"\"\"
+struct cf_point { char tag; int x; long y; };
+typedef enum { CF_RED, CF_GREEN = 5, CF_BLUE } cf_colour;
+#define CF_LIMIT (1L << 40)
+static long cf_sum(struct cf_point *p) { return p->x + p->y; }
+static double cf_scale(double v, long double k) { return (double)(v * k); }
+\"\"\")
+os.makedirs("cf_pkg", exist_ok=True)
+open("cf_pkg/__init__.py", "w").close()
+ffi.emit_c_code("cf_pkg/_cf_generated.c")
+setup(packages=["cf_pkg"], package_data={"cf_pkg": ["_cf_generated.c"]},
+      ext_modules=[Extension("cf_pkg._cf", ["cf_pkg/_cf_generated.c"])])
+""",
+    },
+    # numpy's C API: headers and include path from the numpy the build imports (the target's).
+    "numpy": {
+        "pyproject.toml": pyproject(
+            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-np"
+        ).replace('"setuptools>=61"]', '"setuptools>=61", "numpy>=2"]'),
+        "setup.py": """\
+import json, os
+import numpy
+from setuptools import Extension, setup
+os.makedirs("np_pkg", exist_ok=True)
+open("np_pkg/__init__.py", "w").close()
+with open("np_pkg/asked.json", "w") as f:
+    json.dump({"numpy": numpy.__version__, "intp": numpy.dtype(numpy.intp).itemsize,
+               "include": os.path.relpath(numpy.get_include(), os.path.dirname(numpy.__file__))},
+              f, sort_keys=True)
+setup(packages=["np_pkg"], package_data={"np_pkg": ["asked.json"]},
+      ext_modules=[Extension("np_pkg._np", ["np.c"], include_dirs=[numpy.get_include()])])
+""",
+        "np.c": """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+static PyObject *total(PyObject *self, PyObject *args) {
+    PyObject *in;
+    if (!PyArg_ParseTuple(args, "O", &in)) return NULL;
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(in, NPY_DOUBLE, NPY_ARRAY_IN_ARRAY);
+    if (!a) return NULL;
+    double s = 0; npy_intp n = PyArray_SIZE(a); double *d = (double *)PyArray_DATA(a);
+    for (npy_intp i = 0; i < n; i++) s += d[i];
+    Py_DECREF(a);
+    return Py_BuildValue("dn", s, (Py_ssize_t)sizeof(npy_longdouble));
 }
+static PyMethodDef methods[] = {{"total", total, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_np", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__np(void) { import_array(); return PyModule_Create(&module); }
+""",
+    },
+}
+TWINS = {"cffi": "cffi", "numpy": "numpy"}  # package: the build requirement given its twin
 ROUTES = ("native", "emulated")
-# A build requirement with compiled modules (cffi's _cffi_backend, the target's wheel), imported
-# by the build: the native interpreter cannot load it, so the hooks go back to the emulated one.
+# A build requirement with a compiled module and no x86-64 wheel anywhere (the setuptools
+# package's aarch64 wheel built above, required by its file): no twin, so the hooks go back to
+# the emulated interpreter, which imports it.
 REFUSED = {
     "pyproject.toml": pyproject(
-        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf"
-    ).replace('requires = ["setuptools>=61"]', 'requires = ["setuptools>=61", "cffi"]'),
+        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-refused"
+    ).replace(
+        '"setuptools>=61"]',
+        '"setuptools>=61", "dockerarch-backend-st @ file:///src/package/WHEEL"]',
+    ),
     "setup.py": """\
-import cffi
+from st_probe import _st
 from setuptools import Extension, setup
-setup(ext_modules=[Extension("_cf", ["cf.c"], define_macros=[("CFFI", '"' + cffi.__version__ + '"')])])
+setup(ext_modules=[Extension("_re", ["re.c"], define_macros=[("POINTER", str(_st.answer()))])])
 """,
-    "cf.c": MODULE_C.replace("NAME", "_cf"),
+    "re.c": MODULE_C.replace("NAME", "_re"),
 }
 
 
@@ -149,9 +226,10 @@ def test_the_native_backend_changes_nothing_but_time(
         assert shared and all(x.endswith(".cpython-311-aarch64-linux-gnu.so") for x in shared)
         for name in shared:
             assert elf_shape(n.read(name)) == elf_shape(e.read(name)), name
-        asked = [x for x in names if "asked" in x and not x.endswith("/")]
-        assert asked
-        for name in asked:
+        # everything else byte for byte: what the build asked, cffi's generated C, metadata
+        others = [x for x in names if not x.endswith((".so", "/", "/RECORD"))]
+        assert any("asked" in x or x.endswith("_generated.c") for x in others)
+        for name in others:
             assert n.read(name) == e.read(name), name
     # Where each ran: the default route's hooks ran natively, and said so; the other not at all.
     drivers = {r: json.loads((built[kind, r] / "manifest.json").read_text())["drivers"]
@@ -159,6 +237,14 @@ def test_the_native_backend_changes_nothing_but_time(
     assert sum(drivers["native"]["native_backends"].values()) >= 2  # get_requires + build_wheel
     assert not drivers["native"]["emulated_backends"]
     assert not drivers["emulated"]["native_backends"]
+    # the compiled build requirement ran natively as its x86-64 twin, the version the target's is
+    twins = drivers["native"]["native_twins"]
+    assert list(twins) == ([TWINS[kind]] if kind in TWINS else [])
+    assert not drivers["emulated"]["native_twins"]
+    if kind in TWINS:
+        with zipfile.ZipFile(native) as n:
+            record = n.read(next(x for x in n.namelist() if x.endswith("/RECORD"))).decode()
+        assert "x86_64" not in record  # nothing of the twin reached the wheel
     # uv's interpreter query: answered natively when asked (uv keeps the answer in its cache
     # mount, so a later build may not ask), never in the emulated route
     assert not drivers["emulated"]["native_queries"]
@@ -179,21 +265,22 @@ def test_setuptools_asked_the_target_s_questions(built: dict[tuple[str, str], Pa
     assert asked["cc"].startswith("aarch64-linux-gnu-gcc") and asked["pointer"] == 8
 
 
-def test_a_compiled_build_requirement_keeps_the_backend_emulated(
-    tmp_path_factory: pytest.TempPathFactory,
+def test_a_compiled_build_requirement_without_a_twin_keeps_the_backend_emulated(
+    built: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     src = tmp_path_factory.mktemp("refused")
+    st_wheel = _wheel(built["setuptools", "native"])
+    (src / st_wheel.name).write_bytes(st_wheel.read_bytes())
     for name, text in REFUSED.items():
-        (src / name).write_text(text)
+        (src / name).write_text(text.replace("WHEEL", st_wheel.name))
     out = tmp_path_factory.mktemp("refusedout")
     done = dockerarch("build", "wheel", "--package", str(src), "--arch", "aarch64", "--out",
                       str(out), timeout=1800)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    (result,) = (out / "debian-aarch64").glob("dockerarch_backend_cf-1.0")
-    assert _wheel(result).name == "dockerarch_backend_cf-1.0-cp311-cp311-linux_aarch64.whl"
+    (result,) = (out / "debian-aarch64").glob("dockerarch_backend_refused-1.0")
+    assert _wheel(result).name == "dockerarch_backend_refused-1.0-cp311-cp311-linux_aarch64.whl"
     drivers = json.loads((result / "manifest.json").read_text())["drivers"]
-    assert not drivers["native_backends"]
+    assert not drivers["native_backends"] and not drivers["native_twins"]
     why = drivers["emulated_backends"]["setuptools.build_meta"]
-    assert why.startswith("the build environment has a compiled module for the target (")
-    assert "_cffi_backend" in why and "aarch64" in why
-    assert "PEP 517 backend setuptools.build_meta ran emulated:" in done.stderr
+    assert why.startswith("no x86-64 wheel of dockerarch-backend-st 1.0 ("), why
+    assert "PEP 517 backend setuptools.build_meta ran emulated: no x86-64 wheel" in done.stderr
