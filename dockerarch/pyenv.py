@@ -59,9 +59,11 @@ def platforms(machine: str, glibc: str) -> list[str]:
     return [*tags, f"linux_{machine}"]
 
 
-def python_target(target: BoardTarget) -> PythonTarget:
+def python_target(target: BoardTarget, machine: str | None = None) -> PythonTarget:
+    """The target's Python; with ``machine`` (x86_64), the same Python version and C library on
+    that machine (the hybrid build's native Python)."""
     major, minor = (int(p) for p in target.python.split("."))
-    machine = MACHINE[target.arch.name]
+    machine = machine or MACHINE[target.arch.name]
     plats = platforms(machine, target.glibc)
     tags = [*cpython_tags((major, minor), platforms=plats),
             *compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats)]  # fmt: skip

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import TextIO
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from dockerarch import closure, pkgindex, sdistfix
-from dockerarch.accel import DRIVER_WHEELS
+from dockerarch.accel import BACKEND_ARCHES, DRIVER_WHEELS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
@@ -236,9 +237,10 @@ def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[
     return None
 
 
-def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
+def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False) -> RenderRequest:
     """The wheel recipe's request for one member: its unpacked sdist, and the wheelset context
-    (its build environment's wheels, its run-time closure's, build-constraints.txt)."""
+    (its build environment's wheels, its run-time closure's, build-constraints.txt); with
+    ``twins``, the x86-64 twins of its compiled build requirements too (native_twins)."""
     member = made.members[key]
     candidate = member.node.candidate
     sdist = made.indexes.download(candidate.file)
@@ -261,6 +263,8 @@ def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
         if other in member.node.build_env.values():
             pins.append(other)
     (context / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
+    if twins:
+        native_twins(made, pins, context)
     spec = local_package(tree)
     # cmake and ninja in the build environment: the recipe installs Debian's, so the hybrid build
     # grafts their x86-64 builds as drivers and offers their native wheels (VERSION+
@@ -273,6 +277,41 @@ def build_requests(made: TargetSet, key: str, work: Path) -> RenderRequest:
     recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
                                version=spec.version or "any", wheelset=context)  # fmt: skip
+
+
+def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
+    """The x86-64 wheels, of the same versions, of the build requirements ``pins`` whose wheels
+    for the target are compiled (numpy, cffi, Cython), hash-checked from the set's indexes into
+    ``context``: a hybrid aarch64 build's native PEP 517 backend takes its twins from there, as
+    the build environment takes the target's (dockerarch_native_backend). One the indexes do not
+    have is left out: that build's backend then runs emulated, and says why. Their file names."""
+    native = python_target(made.request.target, machine="x86_64")
+    found = []
+    for key in pins:
+        have = made.members[key]
+        if have.path is None or all(
+            t.platform == "any" for t in parse_wheel_filename(have.path.name)[3]
+        ):
+            continue
+        candidate = have.node.candidate
+        try:
+            _, files = made.indexes.files(candidate.name)
+        except DockerarchError:
+            continue
+        ranked = []
+        for file in files:
+            try:
+                version = parse_wheel_filename(file.filename)[1]
+            except (InvalidWheelFilename, InvalidVersion):
+                continue
+            rank = native.tag_rank(file.filename)
+            if version == candidate.version and rank is not None and not file.yanked:
+                ranked.append((rank, file.filename, file))
+        if ranked:
+            file = min(ranked, key=lambda r: r[:2])[2]
+            _link_or_copy(made.indexes.download(file), context / file.filename)
+            found.append(file.filename)
+    return found
 
 
 @functools.cache
@@ -527,6 +566,10 @@ def make_sets(
 
     for target_set in made:
         fetch(target_set, wants, options.out, _sayer(progress, target_set.target))
+
+    def twins(target_set: TargetSet) -> bool:  # where the native PEP 517 backend may run
+        return options.accel == "hybrid" and target_set.request.target.arch.name in BACKEND_ARCHES
+
     work = make_work_dir(options.out, "wheelset")
     try:
         queues = {t.target: list(t.order) for t in made}
@@ -539,7 +582,7 @@ def make_sets(
                     try:
                         if options.cache and _reuse(target_set, member, options.out, progress):
                             continue
-                        request = build_requests(target_set, key, work)
+                        request = build_requests(target_set, key, work, twins=twins(target_set))
                     except DockerarchError as exc:
                         member.error = exc
                         continue

@@ -165,7 +165,37 @@ PyMODINIT_FUNC PyInit__np(void) { import_array(); return PyModule_Create(&module
 """,
     },
 }
-TWINS = {"cffi": "cffi", "numpy": "numpy"}  # package: the build requirement given its twin
+# Cython: the build cythonizes (Cython's compiled modules, the target's wheel), the C it wrote
+# kept in the wheel.
+PACKAGES["cython"] = {
+    "pyproject.toml": pyproject(
+        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cy"
+    ).replace('"setuptools>=61"]', '"setuptools>=61", "Cython>=3"]'),
+    "setup.py": """\
+import os, shutil
+from Cython.Build import cythonize
+from setuptools import setup
+os.makedirs("cy_pkg", exist_ok=True)
+open("cy_pkg/__init__.py", "w").close()
+shutil.copy("cy.pyx", "cy_pkg/_cy.pyx")
+modules = cythonize(["cy_pkg/_cy.pyx"], compiler_directives={"language_level": 3})
+shutil.copy("cy_pkg/_cy.c", "cy_pkg/_cy_generated.c")
+setup(packages=["cy_pkg"], package_data={"cy_pkg": ["_cy_generated.c"]}, ext_modules=modules)
+""",
+    "cy.pyx": """\
+cdef struct pair:
+    char tag
+    long value
+def total(list values):
+    cdef pair p
+    cdef long long s = 0
+    for v in values:
+        p.value = v
+        s += p.value
+    return s, sizeof(pair), sizeof(long double)
+""",
+}
+TWINS = {"cffi": "cffi", "numpy": "numpy", "cython": "Cython"}  # package: its twinned requirement
 ROUTES = ("native", "emulated")
 # A build requirement with a compiled module and no x86-64 wheel anywhere (the setuptools
 # package's aarch64 wheel built above, required by its file): no twin, so the hooks go back to

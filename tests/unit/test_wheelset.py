@@ -579,3 +579,49 @@ def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Pat
     del made.members["six==1.0"]
     made.members["brotli==1.0"] = wheelset.Member(node=node("brotli", sdist=False), record=record)
     assert sole(made, wanted, "local") is None  # fetched, not built: no runtime image of its own
+
+
+def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_indexes(
+    tmp_path: Path,
+) -> None:
+    """An aarch64 member's build environment holds cffi's aarch64 wheel: its context also gets
+    cffi's x86-64 wheel of the same version (the native backend's twin), the best one the
+    build machine's Python takes; pure build requirements and a version the index has no x86-64
+    wheel of get none."""
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    x86 = "cffi-2.0.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    files = {
+        "cffi": {
+            "cffi-2.0.0-cp311-cp311-manylinux_2_17_aarch64.whl": b"arm",
+            x86: b"x86-64",
+            "cffi-2.0.0-cp311-cp311-musllinux_1_1_x86_64.whl": b"musl",
+            "cffi-2.0.0-cp312-cp312-manylinux_2_17_x86_64.whl": b"py312",
+            "cffi-1.17.1-cp311-cp311-manylinux_2_17_x86_64.whl": b"older",
+        },
+        "lonely": {"lonely-1.0-cp311-cp311-manylinux_2_17_aarch64.whl": b"arm only"},
+    }
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
+    indexes = closure.Indexes(wants, tmp_path / "dl", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    request = plan("wheel", arch="aarch64", target=None, version=None, package="x", settings={})[0]
+    members = {}
+    for name, version, wheel in (
+        ("cffi", "2.0.0", "cffi-2.0.0-cp311-cp311-manylinux_2_17_aarch64.whl"),
+        ("lonely", "1.0", "lonely-1.0-cp311-cp311-manylinux_2_17_aarch64.whl"),
+        ("setuptools", "80.0.0", "setuptools-80.0.0-py3-none-any.whl"),
+    ):
+        path = tmp_path / wheel
+        path.write_bytes(b"target")
+        candidate = closure.Candidate(name=name, version=Version(version),
+                                      file=IndexFile(filename=wheel, url="http://127.0.0.1/w"))  # fmt: skip
+        members[f"{name}=={version}"] = wheelset.Member(
+            node=closure.Resolved(candidate=candidate, runtime=False), path=path
+        )
+    made = wheelset.TargetSet(request=request, indexes=indexes, members=members)
+    context = tmp_path / "context"
+    context.mkdir()
+    assert wheelset.native_twins(made, sorted(members), context) == [x86]
+    assert (context / x86).read_bytes() == b"x86-64"
+    assert sorted(p.name for p in context.iterdir()) == [x86]
