@@ -10,6 +10,9 @@
   hybrid build's gfortran) and linked with libgfortran, as scipy's are;
 - ``dockerarch-settest-d``: pure Python whose setup.py asks for c at build time
   (setup_requires: a build requirement only its build knows, as opencv-python's cmake).
+- ``dockerarch-settest-cf``: a cffi API-mode module (cffi, from pip's default index, is its build
+  requirement and its dependency): in an aarch64 set, the native PEP 517 backend's x86-64 twin
+  of cffi comes from the set.
 
 The sdists and the wheel are written byte by byte here (tarfile, zipfile): nothing is built or
 fetched to make them. Build requirements the index does not have (setuptools) come from the next
@@ -29,9 +32,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-A, B, C, BROKEN, F, D = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
-                         "dockerarch-settest-broken", "dockerarch-settest-f",
-                         "dockerarch-settest-d")  # fmt: skip
+A, B, C, BROKEN, F, D, CF = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
+                             "dockerarch-settest-broken", "dockerarch-settest-f",
+                             "dockerarch-settest-d", "dockerarch-settest-cf")  # fmt: skip
 
 A_SETUP = """\
 import os, secrets
@@ -116,6 +119,16 @@ from setuptools import setup
 setup(packages=["d_pkg"], setup_requires=["dockerarch-settest-c"])
 """
 
+CF_SETUP = """\
+from cffi import FFI
+from setuptools import Extension, setup
+ffi = FFI()
+ffi.cdef("long cf_twice(long v);")
+ffi.set_source("cf_pkg._cf", "static long cf_twice(long v) { return 2 * v; }")
+ffi.emit_c_code("cf_pkg/_cf.c")
+setup(packages=["cf_pkg"], ext_modules=[Extension("cf_pkg._cf", ["cf_pkg/_cf.c"])])
+"""
+
 
 def _pyproject(name: str, build: list[str], deps: list[str]) -> str:
     quoted = ", ".join(f'"{d}"' for d in deps)
@@ -164,7 +177,7 @@ def pure_wheel(directory: Path, name: str, module: str, code: str) -> Path:
 
 
 def write_index(root: Path) -> dict[str, Path]:
-    """The four projects' files and their PEP 503 pages under root/simple/; {name: file}."""
+    """The projects' files and their PEP 503 pages under root/simple/; {name: file}."""
     files_dir = root / "files"
     files_dir.mkdir(parents=True)
     a_deps: list[str] = []
@@ -184,6 +197,9 @@ def write_index(root: Path) -> dict[str, Path]:
                                 "PKG-INFO": _pkg_info(F, []), "setup.py": F_SETUP,
                                 "f_pkg/__init__.py": "from f_pkg._f import dot\n",
                                 "f_pkg/dot.f90": F_DOT, "f_pkg/_f.c": F_C}),
+        CF: sdist(files_dir, CF, {"pyproject.toml": _pyproject(CF, ["setuptools", "cffi"], ["cffi"]),
+                                  "PKG-INFO": _pkg_info(CF, ["cffi"]), "setup.py": CF_SETUP,
+                                  "cf_pkg/__init__.py": "from cf_pkg._cf import lib\n"}),
         D: sdist(files_dir, D, {"pyproject.toml": _pyproject(D, ["setuptools"], []),
                                 "PKG-INFO": _pkg_info(D, []), "setup.py": D_SETUP,
                                 "d_pkg/__init__.py": "VALUE = 'd'\n"}),

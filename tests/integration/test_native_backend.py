@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from dockerarch.closure import default_index
+
 from .conftest import dockerarch
+from .settest_index import CF, serve, write_index
 from .shapes import elf_shape
 
 MODULE_C = """\
@@ -314,3 +317,29 @@ def test_a_compiled_build_requirement_without_a_twin_keeps_the_backend_emulated(
     why = drivers["emulated_backends"]["setuptools.build_meta"]
     assert why.startswith("no x86-64 wheel of dockerarch-backend-st 1.0 ("), why
     assert "PEP 517 backend setuptools.build_meta ran emulated: no x86-64 wheel" in done.stderr
+
+
+def test_a_set_member_s_twin_comes_from_the_set(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An aarch64 set whose member (a cffi API-mode package from the test's loopback index)
+    builds with cffi: the set pins cffi for the build environment, puts that version's x86-64
+    wheel beside the aarch64 one in the member's context, and the member's backend runs natively
+    with that twin, though its build takes wheels from the set alone (no index)."""
+    root = tmp_path_factory.mktemp("twinindex")
+    write_index(root)
+    out = tmp_path_factory.mktemp("twinset")
+    (out / "requirements.txt").write_text(f"{CF}\n")
+    with serve(root) as index:
+        done = dockerarch("build", "wheel", "-r", str(out / "requirements.txt"), "--index-url",
+                          index, "--extra-index-url", default_index(), "--arch", "aarch64",
+                          "--out", str(out), "--progress", "plain", timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    made = json.loads(
+        (out / "debian-aarch64" / "sets" / "requirements" / "manifest.json").read_text()
+    )
+    (member,) = [m for m in made["distributions"] if m["name"] == CF]
+    (cffi,) = [pin for pin in member["build_env"] if pin.startswith("cffi==")]
+    result = out / "debian-aarch64" / "dockerarch_settest_cf-1.0"
+    drivers = json.loads((result / "manifest.json").read_text())["drivers"]
+    assert sum(drivers["native_backends"].values()) >= 2 and not drivers["emulated_backends"]
+    assert drivers["native_twins"] == {"cffi": cffi.removeprefix("cffi==")}
+    assert "x86-64 twins of the target's compiled build requirements: cffi" in done.stderr
