@@ -565,6 +565,7 @@ def find_recipe(recipes: Mapping[str, Recipe], name: str) -> Recipe:
 
 _GENERATOR = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$|^[A-Za-z0-9_./-]+\.py$"
+    r"|^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$"  # a script without .py: bin/cython
 )
 
 
@@ -574,6 +575,6 @@ def _native_python(raw: object, source: Path) -> tuple[str, ...]:
         if not _GENERATOR.match(name) or ".." in name.split("/"):
             raise ConfigError(
                 f"'native_python' in {source} lists {name!r}, neither a module name "
-                "(torchgen.gen) nor a script path ending in .py (tools/gen.py)"
+                "(torchgen.gen) nor a script path (tools/gen.py, bin/cython)"
             )
     return names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -40,3 +41,37 @@ def _module() -> ModuleType:
 )  # fmt: skip
 def test_generators_are_recognised_by_module_or_script(argv: list[str], found: str | None) -> None:
     assert _module().generator(argv, NAMES) == found
+
+
+CYTHON = ["bin/cython", "bin/cythonize", "cython", "Cython.Build.Cythonize"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "found"),
+    [
+        # meson and ninja start the build environment's script (its shebang: the venv's python)
+        (["/root/.cache/uv/builds-v0/.tmpAbC/bin/cython", "-3", "x.pyx", "-o", "x.c"], "bin/cython"),
+        (["/root/.cache/uv/builds-v0/.tmpAbC/bin/cythonize", "-i", "x.pyx"], "bin/cythonize"),
+        (["-m", "cython", "x.pyx"], "cython"),
+        (["-m", "Cython.Build.Cythonize", "x.pyx"], "Cython.Build.Cythonize"),
+        (["/usr/bin/mycython", "x.pyx"], None),  # not at a path boundary
+        (["-m", "Cython.Compiler.Main"], None),
+        (["-c", "import Cython"], None),  # Cython imported by the build itself: the backend's
+    ],
+)  # fmt: skip
+def test_cython_is_recognised_as_a_script_of_the_build_environment_or_a_module(
+    argv: list[str], found: str | None
+) -> None:
+    assert _module().generator(argv, CYTHON) == found
+
+
+def test_the_wheel_recipe_names_cython_and_recipes_accept_script_paths(tmp_path: Path) -> None:
+    from dockerarch.errors import ConfigError
+    from dockerarch.recipes import _native_python, load_recipes
+
+    assert set(CYTHON) <= set(load_recipes()["wheel"].native_python)
+    assert _native_python(["bin/cython", "tools/gen.py", "torchgen.gen"], tmp_path) == (
+        "bin/cython", "tools/gen.py", "torchgen.gen")  # fmt: skip
+    for bad in ("../bin/cython", "bin/", "/abs", "a b"):
+        with pytest.raises(ConfigError):
+            _native_python([bad], tmp_path)

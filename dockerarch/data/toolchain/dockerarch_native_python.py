@@ -1,14 +1,21 @@
 """dockerarch_native_python: code generators of a hybrid build run in the native Python.
 
-Loaded (by a .pth file use-native-drivers writes) at every start of the emulated build stage's
-Python. When the command line runs one of the generators the recipe names in
-$DOCKERARCH_NATIVE_PYTHON (comma-separated: module names run with -m, such as torchgen.gen, or
-script paths matched at the end, such as tools/setup_helpers/generate_code.py), it re-executes
-the same command line in /usr/lib/dockerarch/bin/python-native: the x86-64 interpreter of the
-same version, on the stage's own pure-Python files. Generators read and write text files, so
-what they write does not depend on the CPU; everything else (setup.py, sysconfig questions,
-anything that imports the target's compiled modules) stays in the emulated interpreter. Each
-re-execution is recorded in $DOCKERARCH_DRIVERS_LOG ("native-python NAME").
+Loaded by the emulated build stage's sitecustomize (use-native-drivers appends the import), so
+at every start of the stage's Python, in PEP 517 build environments (venvs without the system's
+site-packages) too. When the command line runs one of the generators the recipe names in
+$DOCKERARCH_NATIVE_PYTHON (comma-separated: module names run with -m, such as torchgen.gen or
+cython, or script paths matched at the end, such as tools/setup_helpers/generate_code.py or a
+build environment's bin/cython, which meson and ninja start), it re-executes the same command
+line in /usr/lib/dockerarch/bin/python-native: the x86-64 interpreter of the same version, on
+the stage's own pure-Python files, started as the same environment's python when the generator
+runs in a venv (its pyvenv.cfg, its packages). Generators read and write text files, so what
+they write does not depend on the CPU; what they could ask of the machine, os.uname() (Cython's
+compile-time UNAME_MACHINE), answers as the target's, in that process only. A package's compiled
+modules for the target are not loaded there: Cython then runs from its own pure-Python modules,
+which its wheels ship beside the compiled ones (or from the x86-64 twins the native PEP 517
+backend put beside them). Everything else (setup.py, sysconfig questions, anything that
+imports the target's compiled modules) stays in the emulated interpreter. Each re-execution is
+recorded in $DOCKERARCH_DRIVERS_LOG ("native-python NAME").
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import sys
 
 NATIVE = "/usr/lib/dockerarch/bin/python-native"
 RUNNING = "DOCKERARCH_NATIVE_PYTHON_RUNNING"
+MACHINE = "DOCKERARCH_GENERATOR_MACHINE"  # the target's os.uname().machine, for the native side
 # Interpreter options that may stand before -m or the script, taking no argument.
 _FLAGS = {"-b", "-bb", "-B", "-d", "-E", "-i", "-I", "-O", "-OO", "-P", "-q", "-s", "-S", "-u",
           "-v", "-x"}  # fmt: skip
@@ -37,7 +45,7 @@ def generator(argv: list[str], names: list[str]) -> str | None:
     else:
         module = None
     for name in names:
-        if name.endswith(".py"):
+        if name.endswith(".py") or "/" in name:  # a script, by its path
             if module is None and (args[0] == name or args[0].endswith("/" + name)):
                 return name
         elif module == name:
@@ -57,7 +65,31 @@ def _dispatch() -> None:
         with open(log, "a") as f:
             f.write(f"native-python {name}\n")
     os.environ[RUNNING] = "1"
-    os.execv(NATIVE, [NATIVE, *sys.orig_argv[1:]])
+    os.environ[MACHINE] = os.uname().machine
+    # In a venv (a build environment), started as its python: the native interpreter then finds
+    # its pyvenv.cfg and packages; elsewhere as itself (the stage's /usr).
+    in_venv = sys.prefix != sys.base_prefix
+    os.execv(NATIVE, [sys.executable if in_venv else NATIVE, *sys.orig_argv[1:]])
 
 
-_dispatch()
+def _as_target() -> None:
+    """In the native interpreter started by _dispatch: os.uname() answers the target's machine."""
+    machine = os.environ.pop(MACHINE, None)
+    if not machine:
+        return
+    native_uname = os.uname
+
+    def uname() -> os.uname_result:
+        u = native_uname()
+        return os.uname_result((u.sysname, u.nodename, u.release, u.version, machine))
+
+    os.uname = uname
+    platform = sys.modules.get("platform")
+    if platform is not None and hasattr(platform, "_uname_cache"):
+        platform._uname_cache = None  # type: ignore[attr-defined]
+
+
+if os.environ.get(RUNNING):
+    _as_target()
+else:
+    _dispatch()
