@@ -20,6 +20,7 @@ from dockerarch.closure import default_index
 from .conftest import dockerarch
 from .settest_index import CF, serve, write_index
 from .shapes import elf_shape
+from .test_native_cython import FILES as CYTHON_FILES
 
 MODULE_C = """\
 #include <Python.h>
@@ -43,8 +44,9 @@ asked = {
 """
 
 
-def pyproject(requires: str, backend: str, name: str) -> str:
-    return (f'[build-system]\nrequires = ["{requires}"]\nbuild-backend = "{backend}"\n\n'
+def pyproject(requires: str, backend: str, name: str, *more: str) -> str:
+    listed = ", ".join(f'"{r}"' for r in (requires, *more))
+    return (f'[build-system]\nrequires = [{listed}]\nbuild-backend = "{backend}"\n\n'
             f'[project]\nname = "{name}"\nversion = "1.0"\n')  # fmt: skip
 
 
@@ -101,8 +103,8 @@ configure_file(output: 'me_asked.txt', configuration: conf, input: 'me_asked.txt
     # generate the module's C, kept in the wheel to compare.
     "cffi": {
         "pyproject.toml": pyproject(
-            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf"
-        ).replace('"setuptools>=61"]', '"setuptools>=61", "cffi>=1.17"]'),
+            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf", "cffi>=1.17"
+        ),
         "setup.py": """\
 import os
 from cffi import FFI
@@ -132,8 +134,8 @@ setup(packages=["cf_pkg"], package_data={"cf_pkg": ["_cf_generated.c"]},
     # numpy's C API: headers and include path from the numpy the build imports (the target's).
     "numpy": {
         "pyproject.toml": pyproject(
-            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-np"
-        ).replace('"setuptools>=61"]', '"setuptools>=61", "numpy>=2"]'),
+            "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-np", "numpy>=2"
+        ),
         "setup.py": """\
 import json, os
 import numpy
@@ -172,8 +174,8 @@ PyMODINIT_FUNC PyInit__np(void) { import_array(); return PyModule_Create(&module
 # kept in the wheel.
 PACKAGES["cython"] = {
     "pyproject.toml": pyproject(
-        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cy"
-    ).replace('"setuptools>=61"]', '"setuptools>=61", "Cython>=3"]'),
+        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cy", "Cython>=3"
+    ),
     "setup.py": """\
 import os, shutil
 from Cython.Build import cythonize
@@ -185,18 +187,7 @@ modules = cythonize(["cy_pkg/_cy.pyx"], compiler_directives={"language_level": 3
 shutil.copy("cy_pkg/_cy.c", "cy_pkg/_cy_generated.c")
 setup(packages=["cy_pkg"], package_data={"cy_pkg": ["_cy_generated.c"]}, ext_modules=modules)
 """,
-    "cy.pyx": """\
-cdef struct pair:
-    char tag
-    long value
-def total(list values):
-    cdef pair p
-    cdef long long s = 0
-    for v in values:
-        p.value = v
-        s += p.value
-    return s, sizeof(pair), sizeof(long double)
-""",
+    "cy.pyx": CYTHON_FILES["cy.pyx"],
 }
 TWINS = {"cffi": "cffi", "numpy": "numpy", "cython": "Cython"}  # package: its twinned requirement
 ROUTES = ("native", "emulated")
@@ -205,10 +196,10 @@ ROUTES = ("native", "emulated")
 # the emulated interpreter, which imports it.
 REFUSED = {
     "pyproject.toml": pyproject(
-        "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-refused"
-    ).replace(
-        '"setuptools>=61"]',
-        '"setuptools>=61", "dockerarch-backend-st @ file:///src/package/WHEEL"]',
+        "setuptools>=61",
+        "setuptools.build_meta",
+        "dockerarch-backend-refused",
+        "dockerarch-backend-st @ file:///src/package/WHEEL",
     ),
     "setup.py": """\
 from st_probe import _st
