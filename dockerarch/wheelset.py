@@ -45,7 +45,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from dockerarch import closure, pkgindex, sdistfix
-from dockerarch.accel import BACKEND_ARCHES, DRIVER_WHEELS
+from dockerarch.accel import DRIVER_WHEELS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
@@ -282,9 +282,10 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
 def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
     """The x86-64 wheels, of the same versions, of the build requirements ``pins`` whose wheels
     for the target are compiled (numpy, cffi, Cython), hash-checked from the set's indexes into
-    ``context``: a hybrid aarch64 build's native PEP 517 backend takes its twins from there, as
-    the build environment takes the target's (dockerarch_native_backend). One the indexes do not
-    have is left out: that build's backend then runs emulated, and says why. Their file names."""
+    ``context``: a hybrid build's native PEP 517 backend (aarch64) and native Cython (every
+    target) take their twins from there, as the build environment takes the target's
+    (dockerarch_native_backend). One the indexes do not have is left out: that build's backend
+    then runs emulated, and says why, and Cython from its pure-Python modules. Their file names."""
     native = python_target(made.request.target, machine="x86_64")
     found = []
     for key in pins:
@@ -567,8 +568,8 @@ def make_sets(
     for target_set in made:
         fetch(target_set, wants, options.out, _sayer(progress, target_set.target))
 
-    def twins(target_set: TargetSet) -> bool:  # where the native PEP 517 backend may run
-        return options.accel == "hybrid" and target_set.request.target.arch.name in BACKEND_ARCHES
+    def twins(target_set: TargetSet) -> bool:  # where the native backend and generators run
+        return options.accel == "hybrid"
 
     work = make_work_dir(options.out, "wheelset")
     try:

@@ -1,8 +1,8 @@
 """Cython in the native Python (data/toolchain/dockerarch_native_python.py, the wheel recipe's
 native_python): a meson-python package, written here, whose meson build runs the build
 environment's bin/cython (as numpy's, scipy's and pandas' do, through ninja), built for armv7
-(Cython from its pure-Python modules: the target's compiled ones cannot load natively) and
-aarch64 (beside the native backend's x86-64 twin of Cython), each twice: Cython native (the
+and aarch64 (Cython compiled, from its x86-64 twin: the target's compiled modules cannot load
+natively), each twice: Cython native (the
 default) and emulated (--set BACKEND=emulated). Nothing may change but time: the C Cython wrote
 (kept in the wheel) byte for byte, with the target's machine in it (Cython's compile-time
 UNAME_MACHINE), the wheel's name, files, and every shared object's symbols and section sizes."""
@@ -103,6 +103,9 @@ def test_native_cython_writes_the_same_c_and_the_same_wheel(
                for r in ROUTES}  # fmt: skip
     assert drivers["native"]["native_generators"].get("bin/cython", 0) >= 1
     assert not drivers["emulated"]["native_generators"]
+    # compiled, from its x86-64 twin (armv7: fetched by the generator, aarch64: by the backend)
+    assert list(drivers["native"]["native_twins"]) == ["Cython"]
+    assert not drivers["emulated"]["native_twins"]
     said = (built[arch, "native"] / "progress.txt").read_text()
     assert "native code generators: bin/cython" in said
     # the module Cython wrote knows the target's machine (UNAME_MACHINE) and runs there

@@ -184,9 +184,11 @@ def _fetch_twin(name: str, version: str, top: str) -> str | None:
         if run.returncode != 0:
             said = [ln.strip() for ln in (run.stderr + run.stdout).splitlines() if ln.strip()]
             return f"no x86-64 wheel of {name} {version} ({said[-1] if said else run.returncode})"
-        for rel in twin_files(unpacked, top):
-            os.makedirs(os.path.dirname(os.path.join(top, rel)), exist_ok=True)
-            shutil.copy2(os.path.join(unpacked, rel), os.path.join(top, rel))
+        for rel in twin_files(unpacked, top):  # each whole or not at all: another may import it
+            dest = os.path.join(top, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copy2(os.path.join(unpacked, rel), dest + ".dockerarch-part")
+            os.replace(dest + ".dockerarch-part", dest)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)  # made here: nothing mounted under it
     _log(f"native-twin {name} {version}")
@@ -202,26 +204,29 @@ def twins(target: dict[str, object], site_dirs: list[str]) -> str | None:
     if not isinstance(suffixes, list) or not suffixes:
         return "the target's extension suffix is not known"
     target_suffix, native_suffix = str(suffixes[0]), _imp.extension_suffixes()[0]
+    why = None
     for top in site_dirs:
         missing, clash = twins_needed(top, target_suffix, native_suffix)
         if clash:
             return (f"the build environment has a compiled module for the target that cannot "
                     f"have an x86-64 twin beside it ({clash[0]})")  # fmt: skip
-        for (name, version), files in owners(top, missing).items():
+        for (name, version), files in owners(top, missing).items():  # each, even after a failure
             if not name:
-                return f"a compiled module for the target belongs to no distribution ({files[0]})"
-            why = _fetch_twin(name, version, top)
-            if why is not None:
-                return why
+                why = (
+                    why
+                    or f"a compiled module for the target belongs to no distribution ({files[0]})"
+                )
+            else:
+                why = why or _fetch_twin(name, version, top)
         missing, _ = twins_needed(top, target_suffix, native_suffix)
-        if missing:
-            return (f"the build environment has a compiled module for the target without an "
-                    f"x86-64 twin ({missing[0]})")  # fmt: skip
+        if missing and why is None:
+            why = (f"the build environment has a compiled module for the target without an "
+                   f"x86-64 twin ({missing[0]})")  # fmt: skip
     if site_dirs:
         import importlib
 
         importlib.invalidate_caches()
-    return None
+    return why
 
 
 def refusal(target: dict[str, object]) -> str | None:

@@ -26,6 +26,7 @@ import sys
 NATIVE = "/usr/lib/dockerarch/bin/python-native"
 RUNNING = "DOCKERARCH_NATIVE_PYTHON_RUNNING"
 MACHINE = "DOCKERARCH_GENERATOR_MACHINE"  # the target's os.uname().machine, for the native side
+SUFFIX = "DOCKERARCH_GENERATOR_SUFFIX"  # the target's extension suffix, for the native side
 # Interpreter options that may stand before -m or the script, taking no argument.
 _FLAGS = {"-b", "-bb", "-B", "-d", "-E", "-i", "-I", "-O", "-OO", "-P", "-q", "-s", "-S", "-u",
           "-v", "-x"}  # fmt: skip
@@ -66,6 +67,9 @@ def _dispatch() -> None:
             f.write(f"native-python {name}\n")
     os.environ[RUNNING] = "1"
     os.environ[MACHINE] = os.uname().machine
+    import importlib.machinery
+
+    os.environ[SUFFIX] = importlib.machinery.EXTENSION_SUFFIXES[0]
     # In a venv (a build environment), started as its python: the native interpreter then finds
     # its pyvenv.cfg and packages; elsewhere as itself (the stage's /usr).
     in_venv = sys.prefix != sys.base_prefix
@@ -87,6 +91,27 @@ def _as_target() -> None:
     platform = sys.modules.get("platform")
     if platform is not None and hasattr(platform, "_uname_cache"):
         platform._uname_cache = None  # type: ignore[attr-defined]
+    suffix = os.environ.pop(SUFFIX, None)
+    if suffix and sys.prefix != sys.base_prefix:
+        _twins(suffix)
+
+
+def _twins(suffix: str) -> None:
+    """In a build environment: its compiled modules for the target get their x86-64 twins
+    (dockerarch_native_backend.twins), so the generator runs compiled (Cython's compiler) where
+    it would otherwise run from its pure-Python modules. Best effort: one the build's index
+    does not have leaves the pure-Python ones. Generators run side by side (ninja): one at a
+    time here."""
+    import fcntl
+    import site
+
+    backend = sys.modules.get("dockerarch_native_backend")
+    sites = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    if backend is None or not sites:
+        return
+    with open(os.path.join(sites[0], ".dockerarch-twins.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        backend.twins({"suffixes": [suffix]}, sites)
 
 
 if os.environ.get(RUNNING):
