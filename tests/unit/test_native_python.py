@@ -75,3 +75,20 @@ def test_the_wheel_recipe_names_cython_and_recipes_accept_script_paths(tmp_path:
     for bad in ("../bin/cython", "bin/", "/abs", "a b"):
         with pytest.raises(ConfigError):
             _native_python([bad], tmp_path)
+
+
+def test_the_native_side_answers_the_target_s_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What _dispatch hands over (the target's machine) is what os.uname() and platform say in
+    the native generator's process, and the variable is gone for its children."""
+    import os
+    import platform
+
+    module = _module()
+    monkeypatch.setattr(os, "uname", os.uname)  # restored after the test
+    monkeypatch.setattr(platform, "_uname_cache", None)
+    monkeypatch.setenv(module.MACHINE, "armv7l")
+    monkeypatch.delenv(module.SUFFIX, raising=False)
+    module._as_target()
+    assert os.uname().machine == "armv7l" and platform.machine() == "armv7l"
+    assert module.MACHINE not in os.environ
+    monkeypatch.setattr(platform, "_uname_cache", None)
