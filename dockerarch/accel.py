@@ -590,6 +590,8 @@ class DriverReport:
                 emulated_backends[package] = detail
             elif kind == "native-twin" and package:  # once per build environment
                 twins[package] = detail.strip()
+            elif kind == "emulated-python" and package:  # a generator sent back
+                emulated[f"code generator {package}"] = detail
             elif kind == "emulated" and package:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated, generators=runs, backends=backends,

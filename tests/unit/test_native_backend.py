@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from dockerarch import accel, paths
 from dockerarch.recipes import load_recipes
 from dockerarch.targets import load_targets
@@ -104,7 +106,7 @@ def test_the_targets_extension_modules_need_x86_64_twins_beside_them(tmp_path: P
     (site / "cmake" / "data" / "bin" / "cmake").write_bytes(_x86_64())
     (site / "_x86helper.so").write_bytes(_x86_64())
     (site / "notelf.so").write_text("a linker script, not ELF")
-    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([], [])
+    assert BACKEND.without_twins(str(site), X86_64) == []
     numpy = site / "numpy" / "_core"
     numpy.mkdir(parents=True)
     (numpy / f"_multiarray_umath{AARCH64}").write_bytes(shared_object())
@@ -113,16 +115,22 @@ def test_the_targets_extension_modules_need_x86_64_twins_beside_them(tmp_path: P
     (site / "numpy.libs" / "libscipy_openblas64_-ff651d7f.so").write_bytes(shared_object())
     (site / "libfoo.so.1").write_bytes(shared_object())
     module = f"numpy/_core/_multiarray_umath{AARCH64}"
-    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([module], [])
+    assert BACKEND.without_twins(str(site), X86_64) == [module]
+    assert BACKEND.stranded(str(site), [module]) == [module]  # no Python source to fall back on
     (numpy / f"_multiarray_umath{X86_64}").write_bytes(_x86_64())
-    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == ([], [])
-    # one file name for both machines: no twin can sit beside it
-    (site / "_speedups.abi3.so").write_bytes(shared_object())
-    (site / "_plain.so").write_bytes(shared_object("armhf"))
-    assert BACKEND.twins_needed(str(site), AARCH64, X86_64) == (
-        [],
-        ["_plain.so", "_speedups.abi3.so"],
-    )
+    assert BACKEND.without_twins(str(site), X86_64) == []
+    # abi3 and untagged modules: the native interpreter takes their suffix too; Cython ships
+    # Utils.py beside Utils.abi3.so, its own source, which the native side loads instead
+    cython = site / "Cython"
+    cython.mkdir()
+    (cython / "Utils.abi3.so").write_bytes(shared_object("armhf"))
+    (cython / "Utils.py").write_text("# the module's source")
+    (site / "_plain.so").write_bytes(shared_object())
+    left = BACKEND.without_twins(str(site), X86_64)
+    assert sorted(left) == ["Cython/Utils.abi3.so", "_plain.so"]
+    assert BACKEND.stranded(str(site), left) == ["_plain.so"]
+    (cython / f"Utils{X86_64}").write_bytes(_x86_64())  # a tagged twin: found first natively
+    assert BACKEND.without_twins(str(site), X86_64) == ["_plain.so"]
 
 
 def test_each_module_is_traced_to_the_distribution_whose_twin_is_fetched(tmp_path: Path) -> None:
@@ -165,15 +173,14 @@ def test_only_the_twin_wheels_compiled_files_that_are_not_there_are_copied(tmp_p
     assert BACKEND.twin_files(str(unpacked), str(site)) == ["cffi.libs/libffi-bbbb.so.8"]
 
 
-def test_a_module_that_cannot_have_a_twin_keeps_the_backend_emulated(tmp_path: Path) -> None:
-    (tmp_path / "_speedups.abi3.so").write_bytes(shared_object())
-    why = BACKEND.twins({"suffixes": [AARCH64, ".abi3.so", ".so"]}, [str(tmp_path)])
-    assert why is not None and "_speedups.abi3.so" in why and "twin" in why
-    (tmp_path / "_speedups.abi3.so").unlink()
+def test_a_module_left_with_neither_twin_nor_source_keeps_the_backend_emulated(
+    tmp_path: Path,
+) -> None:
     (tmp_path / f"stray{AARCH64}").write_bytes(shared_object())  # in no RECORD: no wheel to ask for
-    why = BACKEND.twins({"suffixes": [AARCH64, ".abi3.so", ".so"]}, [str(tmp_path)])
+    why = BACKEND.twins([str(tmp_path)])
     assert why is not None and f"stray{AARCH64}" in why and "no distribution" in why
-    assert BACKEND.twins({"suffixes": []}, [str(tmp_path)]) is not None
+    (tmp_path / "stray.py").write_text("# its source: the native side loads this instead")
+    assert BACKEND.twins([str(tmp_path)]) is None
 
 
 def test_a_32_bit_target_keeps_its_backend_emulated() -> None:
@@ -225,3 +232,23 @@ def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:
     assert armv7.template_vars()["python_native"] and "bin/cython" in armv7.native_python
     compilers = toolchain("debian-aarch64", "compilers")
     assert compilers is not None and not compilers.native_backend
+
+
+def test_the_native_side_passes_over_a_foreign_module_for_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cython's armv7 wheel has Utils.abi3.so (a suffix this interpreter takes too) beside
+    Utils.py: natively, the source is imported, not the ARM file (which would fail to load)."""
+    import importlib
+
+    (tmp_path / "dockerarch_probe_utils.abi3.so").write_bytes(shared_object("armhf"))
+    (tmp_path / "dockerarch_probe_utils.py").write_text("FROM = 'source'\n")
+    monkeypatch.setattr(sys, "path_hooks", list(sys.path_hooks))
+    monkeypatch.setattr(sys, "path_importer_cache", dict(sys.path_importer_cache))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "dockerarch_probe_utils", raising=False)
+    with pytest.raises(ImportError):  # as the interpreter finds it by itself
+        importlib.import_module("dockerarch_probe_utils")
+    BACKEND.skip_foreign_modules()
+    assert importlib.import_module("dockerarch_probe_utils").FROM == "source"
+    monkeypatch.delitem(sys.modules, "dockerarch_probe_utils", raising=False)

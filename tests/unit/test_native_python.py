@@ -82,13 +82,16 @@ def test_the_native_side_answers_the_target_s_machine(monkeypatch: pytest.Monkey
     the native generator's process, and the variable is gone for its children."""
     import os
     import platform
+    import sys
 
     module = _module()
     monkeypatch.setattr(os, "uname", os.uname)  # restored after the test
     monkeypatch.setattr(platform, "_uname_cache", None)
-    monkeypatch.setenv(module.MACHINE, "armv7l")
-    monkeypatch.delenv(module.SUFFIX, raising=False)
+    monkeypatch.setattr(sys, "path_hooks", list(sys.path_hooks))
+    monkeypatch.setenv(module.TARGET, "armv7l /usr/bin/python3.11")
+    monkeypatch.setenv(module.RUNNING, "bin/cython")
+    monkeypatch.delenv("DOCKERARCH_DRIVERS_LOG", raising=False)
     module._as_target()
     assert os.uname().machine == "armv7l" and platform.machine() == "armv7l"
-    assert module.MACHINE not in os.environ
+    assert module.TARGET not in os.environ
     monkeypatch.setattr(platform, "_uname_cache", None)

@@ -26,9 +26,12 @@ the build takes its wheels, gives only its compiled files (extension modules, th
 vendors), copied beside the target's in the build environment. The names never clash
 (_cffi_backend.cpython-311-x86_64-linux-gnu.so beside ...-aarch64-linux-gnu.so, vendored
 libraries' hashed names): each interpreter loads its own by its own suffix, and everything else
-(pure Python, headers such as numpy's _numpyconfig.h, static libraries) stays the target's. Refused
-when a module cannot have a twin beside it (an abi3 or untagged module: one file name for both)
-or no x86-64 wheel of that version is found ("native-twin DIST VERSION" is logged per twin).
+(pure Python, headers such as numpy's _numpyconfig.h, static libraries) stays the target's. A
+module of the target the native interpreter would load by its suffix (abi3, untagged) is passed
+over for the Python source beside it (Cython's Utils.py beside Utils.abi3.so). Refused when a
+module is left with neither a twin nor its source (no x86-64 wheel of that version where the
+build looks, an abi3 twin that cannot sit beside the target's): "native-twin DIST VERSION" is
+logged per twin.
 
 uv's question to the target's interpreter before it makes the build environment (`python3.N -I
 -B -c SCRIPT`, its get_interpreter_info: markers, platform, glibc, schemes, pointer size) is
@@ -103,22 +106,31 @@ def _library(relpath: str) -> bool:
     return any(p.endswith(".libs") for p in parts[:-1]) or parts[-1].startswith("lib")
 
 
-def twins_needed(top: str, target_suffix: str,
-                 native_suffix: str) -> tuple[list[str], list[str]]:  # fmt: skip
-    """The target's extension modules under ``top`` (named *``target_suffix``*, not x86-64 code)
-    whose x86-64 twin (the same name with ``native_suffix``) is not there; and the target's
-    modules that cannot have a twin beside them (abi3 or untagged: one name for both)."""
-    missing, clash = [], []
+def _stem(relpath: str) -> str:
+    """A module file's path without its suffixes: pkg/mod.cpython-311-aarch64-linux-gnu.so -> pkg/mod."""
+    head, name = os.path.split(relpath)
+    return os.path.join(head, name.split(".", 1)[0])
+
+
+def without_twins(top: str, native_suffix: str) -> list[str]:
+    """The target's compiled modules under ``top`` (not x86-64 code, not a vendored library)
+    that have no x86-64 twin: the same module named with ``native_suffix``, which the native
+    interpreter finds first."""
+    found = []
     for rel in _compiled(top):
         machine = elf_machine(os.path.join(top, rel))
         if machine is None or machine == _EM_X86_64 or _library(rel):
             continue
-        if rel.endswith(target_suffix):
-            if not os.path.exists(os.path.join(top, rel[: -len(target_suffix)] + native_suffix)):
-                missing.append(rel)
-        else:
-            clash.append(rel)
-    return missing, clash
+        if not os.path.exists(os.path.join(top, _stem(rel) + native_suffix)):
+            found.append(rel)
+    return found
+
+
+def stranded(top: str, modules: list[str]) -> list[str]:
+    """Of ``modules`` (the target's, without twins), those without their own Python source
+    beside them (Cython's wheels ship Utils.py beside Utils.abi3.so: the module compiled from
+    it), which the native interpreter would load instead (skip_foreign_modules)."""
+    return [rel for rel in modules if not os.path.exists(os.path.join(top, _stem(rel) + ".py"))]
 
 
 def owners(top: str, relpaths: list[str]) -> dict[tuple[str, str], list[str]]:
@@ -195,38 +207,61 @@ def _fetch_twin(name: str, version: str, top: str) -> str | None:
     return None
 
 
-def twins(target: dict[str, object], site_dirs: list[str]) -> str | None:
-    """Gives each of the target's extension modules in the build environment its x86-64 twin;
-    why the backend cannot run natively, or None."""
+def twins(site_dirs: list[str]) -> str | None:
+    """Gives the target's compiled modules in the build environment their x86-64 twins; why the
+    native interpreter cannot stand in, or None: a module left with neither a twin nor its
+    Python source (the failed fetch said, when one failed)."""
     import _imp
 
-    suffixes = target.get("suffixes")
-    if not isinstance(suffixes, list) or not suffixes:
-        return "the target's extension suffix is not known"
-    target_suffix, native_suffix = str(suffixes[0]), _imp.extension_suffixes()[0]
+    native_suffix = _imp.extension_suffixes()[0]
     why = None
     for top in site_dirs:
-        missing, clash = twins_needed(top, target_suffix, native_suffix)
-        if clash:
-            return (f"the build environment has a compiled module for the target that cannot "
-                    f"have an x86-64 twin beside it ({clash[0]})")  # fmt: skip
-        for (name, version), files in owners(top, missing).items():  # each, even after a failure
+        fetched = None
+        for (name, version), files in owners(top, without_twins(top, native_suffix)).items():
             if not name:
-                why = (
-                    why
+                fetched = (
+                    fetched
                     or f"a compiled module for the target belongs to no distribution ({files[0]})"
                 )
             else:
-                why = why or _fetch_twin(name, version, top)
-        missing, _ = twins_needed(top, target_suffix, native_suffix)
-        if missing and why is None:
-            why = (f"the build environment has a compiled module for the target without an "
-                   f"x86-64 twin ({missing[0]})")  # fmt: skip
+                fetched = fetched or _fetch_twin(name, version, top)
+        left = stranded(top, without_twins(top, native_suffix))
+        if left and why is None:
+            why = fetched or (f"the build environment has a compiled module for the target "
+                              f"without an x86-64 twin ({left[0]})")  # fmt: skip
     if site_dirs:
         import importlib
 
         importlib.invalidate_caches()
     return why
+
+
+def skip_foreign_modules() -> None:
+    """In a native interpreter: an extension module file that is not x86-64 code (the target's
+    abi3 or untagged module, whose suffix the native interpreter also takes) is passed over for
+    the Python source beside it, as if it were not there, instead of failing to load."""
+    import _imp
+    import importlib.machinery as m
+    import types
+
+    class Finder(m.FileFinder):
+        def find_spec(self, fullname: str,
+                      target: types.ModuleType | None = None) -> m.ModuleSpec | None:  # fmt: skip
+            spec = super().find_spec(fullname, target)
+            origin = getattr(spec, "origin", None)
+            if (spec is not None and isinstance(spec.loader, m.ExtensionFileLoader) and origin
+                    and elf_machine(origin) not in (None, _EM_X86_64)):  # fmt: skip
+                source = m.FileFinder(self.path, (m.SourceFileLoader, m.SOURCE_SUFFIXES),
+                                      (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES))  # fmt: skip
+                return source.find_spec(fullname, target)
+            return spec
+
+    details = ((m.ExtensionFileLoader, _imp.extension_suffixes()),
+               (m.SourceFileLoader, m.SOURCE_SUFFIXES),
+               (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES))  # fmt: skip
+    hooks = [h for h in sys.path_hooks if getattr(h, "__name__", "") != "path_hook_for_FileFinder"]
+    sys.path_hooks[:] = [*hooks, Finder.path_hook(*details)]
+    sys.path_importer_cache.clear()
 
 
 def refusal(target: dict[str, object]) -> str | None:
@@ -286,12 +321,14 @@ def _as_target() -> None:
     query = target["kind"] == "query"  # no build environment: only the interpreter's own sizes
     why = refusal(target)
     if why is None and not query:
-        why = twins(target, site.getsitepackages())
+        why = twins(site.getsitepackages())
     if why is not None:
         if not query:
             _log(f"emulated-backend {target['backend']} {why}")
         os.environ[EMULATED] = "1"
         os.execv(target["emulated"], [sys.executable, *sys.orig_argv[1:]])
+    if not query:
+        skip_foreign_modules()
     import importlib.machinery
 
     native_uname = os.uname

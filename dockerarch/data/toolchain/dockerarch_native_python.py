@@ -25,8 +25,7 @@ import sys
 
 NATIVE = "/usr/lib/dockerarch/bin/python-native"
 RUNNING = "DOCKERARCH_NATIVE_PYTHON_RUNNING"
-MACHINE = "DOCKERARCH_GENERATOR_MACHINE"  # the target's os.uname().machine, for the native side
-SUFFIX = "DOCKERARCH_GENERATOR_SUFFIX"  # the target's extension suffix, for the native side
+TARGET = "DOCKERARCH_GENERATOR_TARGET"  # "MACHINE EMULATED-PYTHON", for the native side
 # Interpreter options that may stand before -m or the script, taking no argument.
 _FLAGS = {"-b", "-bb", "-B", "-d", "-E", "-i", "-I", "-O", "-OO", "-P", "-q", "-s", "-S", "-u",
           "-v", "-x"}  # fmt: skip
@@ -61,26 +60,46 @@ def _dispatch() -> None:
     name = generator(sys.orig_argv[1:], [n for n in wanted.split(",") if n])
     if name is None:
         return
-    log = os.environ.get("DOCKERARCH_DRIVERS_LOG")
-    if log and os.access(os.path.dirname(log), os.W_OK):
-        with open(log, "a") as f:
-            f.write(f"native-python {name}\n")
-    os.environ[RUNNING] = "1"
-    os.environ[MACHINE] = os.uname().machine
-    import importlib.machinery
-
-    os.environ[SUFFIX] = importlib.machinery.EXTENSION_SUFFIXES[0]
+    os.environ[RUNNING] = name
+    os.environ[TARGET] = f"{os.uname().machine} {os.path.realpath(sys.executable)}"
     # In a venv (a build environment), started as its python: the native interpreter then finds
     # its pyvenv.cfg and packages; elsewhere as itself (the stage's /usr).
     in_venv = sys.prefix != sys.base_prefix
     os.execv(NATIVE, [sys.executable if in_venv else NATIVE, *sys.orig_argv[1:]])
 
 
+def _log(line: str) -> None:
+    log = os.environ.get("DOCKERARCH_DRIVERS_LOG")
+    if log and os.access(os.path.dirname(log), os.W_OK):
+        with open(log, "a") as f:
+            f.write(line + "\n")
+
+
 def _as_target() -> None:
-    """In the native interpreter started by _dispatch: os.uname() answers the target's machine."""
-    machine = os.environ.pop(MACHINE, None)
+    """In the native interpreter started by _dispatch: os.uname() answers the target's machine;
+    in a build environment, the target's compiled modules get their x86-64 twins (one generator
+    at a time: ninja starts several), or the generator goes back to the emulated interpreter
+    when one is left with neither a twin nor its Python source."""
+    machine, _, emulated = os.environ.pop(TARGET, "").partition(" ")
     if not machine:
         return
+    name = os.environ.get(RUNNING, "")
+    backend = sys.modules.get("dockerarch_native_backend")  # imported first by sitecustomize
+    if sys.prefix != sys.base_prefix and backend is not None:
+        import fcntl
+        import site
+
+        sites = [d for d in site.getsitepackages() if os.path.isdir(d)]
+        why = None
+        if sites:
+            with open(os.path.join(sites[0], ".dockerarch-twins.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                why = backend.twins(sites)
+        if why is not None:
+            _log(f"emulated-python {name} {why}")
+            os.execv(emulated, [sys.executable, *sys.orig_argv[1:]])
+    if backend is not None:
+        backend.skip_foreign_modules()
     native_uname = os.uname
 
     def uname() -> os.uname_result:
@@ -91,30 +110,10 @@ def _as_target() -> None:
     platform = sys.modules.get("platform")
     if platform is not None and hasattr(platform, "_uname_cache"):
         platform._uname_cache = None  # type: ignore[attr-defined]
-    suffix = os.environ.pop(SUFFIX, None)
-    if suffix and sys.prefix != sys.base_prefix:
-        _twins(suffix)
+    _log(f"native-python {name}")
 
 
-def _twins(suffix: str) -> None:
-    """In a build environment: its compiled modules for the target get their x86-64 twins
-    (dockerarch_native_backend.twins), so the generator runs compiled (Cython's compiler) where
-    it would otherwise run from its pure-Python modules. Best effort: one the build's index
-    does not have leaves the pure-Python ones. Generators run side by side (ninja): one at a
-    time here."""
-    import fcntl
-    import site
-
-    backend = sys.modules.get("dockerarch_native_backend")
-    sites = [d for d in site.getsitepackages() if os.path.isdir(d)]
-    if backend is None or not sites:
-        return
-    with open(os.path.join(sites[0], ".dockerarch-twins.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        backend.twins({"suffixes": [suffix]}, sites)
-
-
-if os.environ.get(RUNNING):
+if getattr(sys.implementation, "_multiarch", "") == "x86_64-linux-gnu":
     _as_target()
 else:
     _dispatch()
