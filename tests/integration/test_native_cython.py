@@ -115,3 +115,31 @@ def test_native_cython_writes_the_same_c_and_the_same_wheel(
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == [machine, "6"]
+
+
+def test_a_module_with_neither_twin_nor_source_sends_cython_back_to_the_target(
+    built: dict[tuple[str, str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The build environment also holds a compiled module for armv7 that no index has for
+    x86-64 and that has no Python source (the package above, required by its wheel's path):
+    Cython goes back to the emulated interpreter, says why, and the build still succeeds."""
+    wheel = built["armv7", "native"] / "dockerarch_native_cy-1.0-cp311-cp311-linux_armv7l.whl"
+    src = tmp_path_factory.mktemp("cyback")
+    (src / wheel.name).write_bytes(wheel.read_bytes())
+    for name, text in FILES.items():
+        (src / name).write_text(text.replace("dockerarch-native-cy", "dockerarch-native-cyback"))
+    pyproject = (src / "pyproject.toml").read_text()
+    (src / "pyproject.toml").write_text(pyproject.replace(
+        '"cython>=3,<4"]', f'"cython>=3,<4", "dockerarch-native-cy @ file:///src/package/{wheel.name}"]'))  # fmt: skip
+    out = tmp_path_factory.mktemp("cybackout")
+    done = dockerarch("build", "wheel", "--package", str(src), "--arch", "armv7", "--out",
+                      str(out), timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = (out / "debian-armv7").glob("dockerarch_native_cyback-1.0")
+    drivers = json.loads((result / "manifest.json").read_text())["drivers"]
+    assert not drivers["native_generators"]
+    why = drivers["emulated"]["code generator bin/cython"]
+    assert why.startswith("no x86-64 wheel of dockerarch-native-cy 1.0 ("), why
+    assert "code generator bin/cython stays emulated: no x86-64 wheel" in " ".join(
+        done.stderr.split()
+    )
