@@ -102,9 +102,10 @@ configure_file(output: 'me_asked.txt', configuration: conf, input: 'me_asked.txt
     # cffi's API mode: the build imports cffi (its _cffi_backend compiled for the target) to
     # generate the module's C, kept in the wheel to compare.
     "cffi": {
+        # no build-backend: setuptools' __legacy__ object, which uv imports `from ... import`
         "pyproject.toml": pyproject(
             "setuptools>=61", "setuptools.build_meta", "dockerarch-backend-cf", "cffi>=1.17"
-        ),
+        ).replace('build-backend = "setuptools.build_meta"\n', ""),
         "setup.py": """\
 import os
 from cffi import FFI
@@ -259,6 +260,8 @@ def test_the_native_backend_changes_nothing_but_time(
     drivers = {r: json.loads((built[kind, r] / "manifest.json").read_text())["drivers"]
                for r in ROUTES}  # fmt: skip
     assert sum(drivers["native"]["native_backends"].values()) >= 2  # get_requires + build_wheel
+    if kind == "cffi":
+        assert list(drivers["native"]["native_backends"]) == ["setuptools.build_meta:__legacy__"]
     assert not drivers["native"]["emulated_backends"]
     assert not drivers["emulated"]["native_backends"]
     # the compiled build requirement ran natively as its x86-64 twin, the version the target's is

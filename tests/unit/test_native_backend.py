@@ -54,6 +54,11 @@ def test_uv_hook_calls_are_recognised_and_nothing_else() -> None:
     assert hook(argv, UV_ENV, ENV, "/usr") == "setuptools.build_meta"
     in_tree = SCRIPT.replace("setuptools.build_meta", "backend_pkg._build")
     assert hook([argv[0], "-c", in_tree], UV_ENV, ENV, "/usr") == "backend_pkg._build"
+    # an object path: uv imports it `from setuptools.build_meta import __legacy__ as backend`
+    # (a pyproject.toml without build-backend, zstandard 0.23.0's)
+    legacy = SCRIPT.replace("import setuptools.build_meta as backend",
+                            "from setuptools.build_meta import __legacy__ as backend")  # fmt: skip
+    assert hook([argv[0], "-c", legacy], UV_ENV, ENV, "/usr") == "setuptools.build_meta:__legacy__"
     # not uv's build environment, not its hook, or not in the environment uv named
     assert hook(argv, {"VIRTUAL_ENV": ENV}, ENV, "/usr") is None
     assert hook(argv, UV_ENV, "/usr", "/usr") is None

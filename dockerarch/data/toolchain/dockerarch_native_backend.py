@@ -50,7 +50,10 @@ import sys
 NATIVE = "/usr/lib/dockerarch/bin/python-native"
 TARGET = "DOCKERARCH_BACKEND_TARGET"
 EMULATED = "DOCKERARCH_BACKEND_EMULATED"  # set when the hook went back: never dispatched again
-_BACKEND = r"^import ([\w.]+) as backend$"  # the line of uv's script that imports it
+# The line of uv's script that imports the backend: `import NAME as backend`, or for an object
+# path (setuptools.build_meta:__legacy__, the default of a pyproject.toml without build-backend)
+# `from NAME import OBJECT as backend`.
+_BACKEND = r"^(?:import ([\w.]+)|from ([\w.]+) import (\w+)) as backend$"
 _QUERY = "from python.get_interpreter_info import main"  # uv's interpreter query script
 _EM_X86_64 = 62
 
@@ -67,7 +70,9 @@ def hook_backend(argv: list[str], environ: dict[str, str], prefix: str,
     import re  # only here: every Python start of the build stage loads this module
 
     found = re.search(_BACKEND, argv[2], re.MULTILINE)
-    return found.group(1) if found else None
+    if found is None:
+        return None
+    return found.group(1) or f"{found.group(2)}:{found.group(3)}"
 
 
 def interpreter_query(argv: list[str], prefix: str, base_prefix: str) -> bool:
@@ -271,6 +276,20 @@ def refusal(target: dict[str, object]) -> str | None:
     return None
 
 
+def answer_machine(machine: str) -> None:
+    """os.uname().machine (so platform.machine(), asked again) is ``machine``, in this process."""
+    native_uname = os.uname
+
+    def uname() -> os.uname_result:
+        u = native_uname()
+        return os.uname_result((u.sysname, u.nodename, u.release, u.version, machine))
+
+    os.uname = uname
+    platform = sys.modules.get("platform")
+    if platform is not None and hasattr(platform, "_uname_cache"):
+        platform._uname_cache = None  # type: ignore[attr-defined]
+
+
 def _log(line: str) -> None:
     log = os.environ.get("DOCKERARCH_DRIVERS_LOG")
     if log and os.access(os.path.dirname(log), os.W_OK):
@@ -331,13 +350,7 @@ def _as_target() -> None:
         skip_foreign_modules()
     import importlib.machinery
 
-    native_uname = os.uname
-    machine = str(target["machine"])
-
-    def uname() -> os.uname_result:
-        u = native_uname()
-        return os.uname_result((u.sysname, u.nodename, u.release, u.version, machine))
-
+    answer_machine(str(target["machine"]))
     native_confstr = os.confstr
     libc = target.get("libc")
 
@@ -346,18 +359,14 @@ def _as_target() -> None:
             return str(libc)
         return native_confstr(name)
 
-    os.uname = uname
     os.confstr = confstr
     sys.implementation._multiarch = target["multiarch"]  # type: ignore[attr-defined]
     importlib.machinery.EXTENSION_SUFFIXES[:] = target["suffixes"]
     # Asked before this (3.12+ also keeps a flag): asked again.
-    forget: dict[str, dict[str, object]] = {"platform": {"_uname_cache": None},
-              "sysconfig": {"_CONFIG_VARS": None, "_CONFIG_VARS_INITIALIZED": False}}  # fmt: skip
-    for name, attrs in forget.items():
-        module = sys.modules.get(name)
-        for attr, value in attrs.items():
-            if module is not None and hasattr(module, attr):
-                setattr(module, attr, value)
+    sysconfig = sys.modules.get("sysconfig")
+    for attr, value in (("_CONFIG_VARS", None), ("_CONFIG_VARS_INITIALIZED", False)):
+        if sysconfig is not None and hasattr(sysconfig, attr):
+            setattr(sysconfig, attr, value)
     _log(f"native-{target['kind']} {target['backend']}")
 
 
