@@ -568,9 +568,6 @@ def make_sets(
     for target_set in made:
         fetch(target_set, wants, options.out, _sayer(progress, target_set.target))
 
-    def twins(target_set: TargetSet) -> bool:  # where the native backend and generators run
-        return options.accel == "hybrid"
-
     work = make_work_dir(options.out, "wheelset")
     try:
         queues = {t.target: list(t.order) for t in made}
@@ -583,7 +580,9 @@ def make_sets(
                     try:
                         if options.cache and _reuse(target_set, member, options.out, progress):
                             continue
-                        request = build_requests(target_set, key, work, twins=twins(target_set))
+                        # hybrid: the native backend and generators take twins from the set
+                        request = build_requests(target_set, key, work,
+                                                 twins=options.accel == "hybrid")  # fmt: skip
                     except DockerarchError as exc:
                         member.error = exc
                         continue

@@ -88,6 +88,15 @@ def test_the_native_side_answers_the_target_s_machine(monkeypatch: pytest.Monkey
     monkeypatch.setattr(os, "uname", os.uname)  # restored after the test
     monkeypatch.setattr(platform, "_uname_cache", None)
     monkeypatch.setattr(sys, "path_hooks", list(sys.path_hooks))
+    monkeypatch.setattr(sys, "path_importer_cache", dict(sys.path_importer_cache))
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)  # not a build environment: no twins
+    # sitecustomize imports dockerarch_native_backend first; the generator side uses it
+    backend_path = paths.data_path("toolchain") / "dockerarch_native_backend.py"
+    spec = importlib.util.spec_from_file_location("dockerarch_native_backend", backend_path)
+    assert spec is not None and spec.loader is not None
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    monkeypatch.setitem(sys.modules, "dockerarch_native_backend", backend)
     monkeypatch.setenv(module.TARGET, "armv7l /usr/bin/python3.11")
     monkeypatch.setenv(module.RUNNING, "bin/cython")
     monkeypatch.delenv("DOCKERARCH_DRIVERS_LOG", raising=False)

@@ -11,9 +11,11 @@ the stage's own pure-Python files, started as the same environment's python when
 runs in a venv (its pyvenv.cfg, its packages). Generators read and write text files, so what
 they write does not depend on the CPU; what they could ask of the machine, os.uname() (Cython's
 compile-time UNAME_MACHINE), answers as the target's, in that process only. A package's compiled
-modules for the target are not loaded there: Cython then runs from its own pure-Python modules,
-which its wheels ship beside the compiled ones (or from the x86-64 twins the native PEP 517
-backend put beside them). Everything else (setup.py, sysconfig questions, anything that
+modules for the target cannot load there: in a build environment they first get their x86-64
+twins (dockerarch_native_backend.twins; one generator at a time), and a module still without one
+is passed over for the Python source beside it (Cython's wheels ship both); a module with
+neither sends the generator back to the emulated interpreter ("emulated-python NAME WHY").
+Everything else (setup.py, sysconfig questions, anything that
 imports the target's compiled modules) stays in the emulated interpreter. Each re-execution is
 recorded in $DOCKERARCH_DRIVERS_LOG ("native-python NAME").
 """
@@ -68,13 +70,6 @@ def _dispatch() -> None:
     os.execv(NATIVE, [sys.executable if in_venv else NATIVE, *sys.orig_argv[1:]])
 
 
-def _log(line: str) -> None:
-    log = os.environ.get("DOCKERARCH_DRIVERS_LOG")
-    if log and os.access(os.path.dirname(log), os.W_OK):
-        with open(log, "a") as f:
-            f.write(line + "\n")
-
-
 def _as_target() -> None:
     """In the native interpreter started by _dispatch: os.uname() answers the target's machine;
     in a build environment, the target's compiled modules get their x86-64 twins (one generator
@@ -85,7 +80,9 @@ def _as_target() -> None:
         return
     name = os.environ.get(RUNNING, "")
     backend = sys.modules.get("dockerarch_native_backend")  # imported first by sitecustomize
-    if sys.prefix != sys.base_prefix and backend is not None:
+    if backend is None:
+        return
+    if sys.prefix != sys.base_prefix:
         import fcntl
         import site
 
@@ -96,21 +93,11 @@ def _as_target() -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 why = backend.twins(sites)
         if why is not None:
-            _log(f"emulated-python {name} {why}")
+            backend._log(f"emulated-python {name} {why}")
             os.execv(emulated, [sys.executable, *sys.orig_argv[1:]])
-    if backend is not None:
-        backend.skip_foreign_modules()
-    native_uname = os.uname
-
-    def uname() -> os.uname_result:
-        u = native_uname()
-        return os.uname_result((u.sysname, u.nodename, u.release, u.version, machine))
-
-    os.uname = uname
-    platform = sys.modules.get("platform")
-    if platform is not None and hasattr(platform, "_uname_cache"):
-        platform._uname_cache = None  # type: ignore[attr-defined]
-    _log(f"native-python {name}")
+    backend.skip_foreign_modules()
+    backend.answer_machine(machine)
+    backend._log(f"native-python {name}")
 
 
 if getattr(sys.implementation, "_multiarch", "") == "x86_64-linux-gnu":
