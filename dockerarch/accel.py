@@ -481,6 +481,11 @@ def stage_text(dockerfile: str, name: str) -> str:
     return "\n".join(lines)
 
 
+# Code generators whose wheel for a target can be pure Python while their x86-64 wheel is
+# compiled: a hybrid build runs them natively from their x86-64 compiled modules (a wheel set
+# gives its members that x86-64 wheel). Must be data/toolchain/dockerarch_native_backend.py's
+# SPEEDUPS (the build stage's side of it).
+NATIVE_SPEEDUPS = ("cython",)
 LOG_STAGE = "toolchain-log"  # a hybrid build's export: the artifacts and, beside them, LOG_EXPORT
 LOG_EXPORT = ".dockerarch-toolchain.log"
 
@@ -563,6 +568,8 @@ class DriverReport:
     emulated_backends: dict[str, str] = dataclasses.field(default_factory=dict)
     queries: dict[str, int] = dataclasses.field(default_factory=dict)  # uv's, answered natively
     twins: dict[str, str] = dataclasses.field(default_factory=dict)  # build requirement: version
+    # pure-Python build requirements whose compiled x86-64 modules were not found: why
+    pure: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> DriverReport:
@@ -573,6 +580,7 @@ class DriverReport:
         emulated_backends: dict[str, str] = {}
         queries: dict[str, int] = {}
         twins: dict[str, str] = {}
+        pure: dict[str, str] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
             package, _, detail = rest.partition(" ")
@@ -590,19 +598,24 @@ class DriverReport:
                 emulated_backends[package] = detail
             elif kind == "native-twin" and package:  # once per build environment
                 twins[package] = detail.strip()
+            elif kind == "pure-python" and package:  # a speed-up not found
+                version, _, why = detail.partition(" ")
+                pure[f"{package} {version}"] = why
             elif kind == "emulated-python" and package:  # a generator sent back
                 emulated[f"code generator {package}"] = detail
             elif kind == "emulated" and package:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated, generators=runs, backends=backends,
-                   emulated_backends=emulated_backends, queries=queries, twins=twins)  # fmt: skip
+                   emulated_backends=emulated_backends, queries=queries, twins=twins,
+                   pure=pure)  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
         return {"native": dict(self.native), "emulated": dict(self.emulated),
                 "native_generators": dict(self.generators),
                 "native_backends": dict(self.backends),
                 "emulated_backends": dict(self.emulated_backends),
-                "native_queries": dict(self.queries), "native_twins": dict(self.twins)}  # fmt: skip
+                "native_queries": dict(self.queries), "native_twins": dict(self.twins),
+                "pure_python": dict(self.pure)}  # fmt: skip
 
     def lines(self) -> list[str]:
         """What the progress says."""
@@ -618,8 +631,10 @@ class DriverReport:
             said.append("native PEP 517 backend: " + ", ".join(
                 f"{b} ({n} hook call{'s' if n != 1 else ''})" for b, n in self.backends.items()))  # fmt: skip
         if self.twins:
-            said.append("x86-64 twins of the target's compiled build requirements: " + ", ".join(
+            said.append("x86-64 compiled twins of build requirements: " + ", ".join(
                 f"{p} {v}" for p, v in self.twins.items()))  # fmt: skip
+        said += [f"{p} runs natively from its pure-Python modules (slower): {why}"
+                 for p, why in self.pure.items()]  # fmt: skip
         said += [f"PEP 517 backend {b} ran emulated: {why}"
                  for b, why in self.emulated_backends.items()]  # fmt: skip
         if self.queries:

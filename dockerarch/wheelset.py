@@ -45,7 +45,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from dockerarch import closure, pkgindex, sdistfix
-from dockerarch.accel import DRIVER_WHEELS
+from dockerarch.accel import DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
@@ -281,7 +281,8 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
 
 def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
     """The x86-64 wheels, of the same versions, of the build requirements ``pins`` whose wheels
-    for the target are compiled (numpy, cffi, Cython), hash-checked from the set's indexes into
+    for the target are compiled (numpy, cffi, Cython), or pure where x86-64's is compiled
+    (NATIVE_SPEEDUPS: Cython 3.0 on armv7), hash-checked from the set's indexes into
     ``context``: a hybrid build's native PEP 517 backend (aarch64) and native Cython (every
     target) take their twins from there, as the build environment takes the target's
     (dockerarch_native_backend). One the indexes do not have is left out: that build's backend
@@ -290,9 +291,10 @@ def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
     found = []
     for key in pins:
         have = made.members[key]
-        if have.path is None or all(
-            t.platform == "any" for t in parse_wheel_filename(have.path.name)[3]
-        ):
+        if have.path is None:
+            continue
+        pure = all(t.platform == "any" for t in parse_wheel_filename(have.path.name)[3])
+        if pure and canonicalize_name(have.node.candidate.name) not in NATIVE_SPEEDUPS:
             continue
         candidate = have.node.candidate
         try:
@@ -306,7 +308,8 @@ def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
             except (InvalidWheelFilename, InvalidVersion):
                 continue
             rank = native.tag_rank(file.filename)
-            if version == candidate.version and rank is not None and not file.yanked:
+            own = pure and file.filename == have.path.name  # the target's own: nothing compiled
+            if version == candidate.version and rank is not None and not file.yanked and not own:
                 ranked.append((rank, file.filename, file))
         if ranked:
             file = min(ranked, key=lambda r: r[:2])[2]

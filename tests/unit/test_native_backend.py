@@ -203,6 +203,7 @@ def test_the_report_says_where_each_backend_ran() -> None:
         "native-backend scikit_build_core.build\n"
         "emulated-backend mesonpy the build environment has a compiled module for the target "
         "(numpy/_core/_x.so)\nnative-query python3.11\nnative-twin cffi 1.17.1\n"
+        "pure-python Cython 3.0.12 no x86-64 wheel of Cython 3.0.12 (not found)\n"
     )
     assert report.backends == {"setuptools.build_meta": 2, "scikit_build_core.build": 1}
     assert report.emulated_backends == {
@@ -211,13 +212,55 @@ def test_the_report_says_where_each_backend_ran() -> None:
     assert report.as_dict()["native_backends"] == report.backends
     assert report.lines()[1:] == [
         "native PEP 517 backend: setuptools.build_meta (2 hook calls), scikit_build_core.build (1 hook call)",
-        "x86-64 twins of the target's compiled build requirements: cffi 1.17.1",
+        "x86-64 compiled twins of build requirements: cffi 1.17.1",
+        "Cython 3.0.12 runs natively from its pure-Python modules (slower): no x86-64 wheel of "
+        "Cython 3.0.12 (not found)",
         "PEP 517 backend mesonpy ran emulated: the build environment has a compiled module for "
         "the target (numpy/_core/_x.so)",
         "uv's interpreter query answered natively as the target: python3.11 (1x)",
     ]
     assert report.as_dict()["native_queries"] == {"python3.11": 1}
     assert report.as_dict()["native_twins"] == {"cffi": "1.17.1"}
+    assert report.as_dict()["pure_python"] == {
+        "Cython 3.0.12": "no x86-64 wheel of Cython 3.0.12 (not found)"
+    }
+
+
+def test_a_pure_code_generator_is_sought_compiled_once(tmp_path: Path) -> None:
+    """Cython installed from its pure wheel (armv7) is a speed-up to seek; a compiled one (its
+    modules in RECORD), another pure distribution, or one already sought is not."""
+    site = tmp_path / "site"
+    _dist(site, "Cython", "3.0.12", ["Cython/__init__.py", "Cython/Compiler/Scanning.py"])
+    _dist(site, "setuptools", "80.0.0", ["setuptools/__init__.py"])
+    (info,) = site.glob("Cython-*.dist-info")
+    assert BACKEND.pure_speedups(str(site)) == [("Cython", "3.0.12", str(info))]
+    (info / BACKEND._MARK).write_text("twins copied\n")
+    assert BACKEND.pure_speedups(str(site)) == []
+    other = tmp_path / "other"
+    _dist(other, "cython", "3.3.1", ["Cython/__init__.py", f"Cython/Compiler/Scanning{AARCH64}"])
+    assert BACKEND.pure_speedups(str(other)) == []  # compiled for the target: a twin instead
+    assert BACKEND.SPEEDUPS == accel.NATIVE_SPEEDUPS  # the set gives what the stage seeks
+
+
+def test_only_modules_compiled_from_the_installed_sources_are_taken(tmp_path: Path) -> None:
+    """The x86-64 wheel's compiled modules are taken beside their own, byte-identical source;
+    not a module whose source is not installed (refnanny), nor any when a source differs."""
+    site, unpacked = tmp_path / "site", tmp_path / "unpacked"
+    for top in (site, unpacked):
+        (top / "Cython" / "Compiler").mkdir(parents=True)
+        (top / "Cython" / "Compiler" / "Scanning.py").write_text("# the same source")
+        (top / "Cython" / "__init__.py").write_text("")
+    (unpacked / "Cython" / "Compiler" / f"Scanning{X86_64}").write_bytes(_x86_64())
+    (unpacked / "Cython" / "Runtime").mkdir()
+    (unpacked / "Cython" / "Runtime" / f"refnanny{X86_64}").write_bytes(_x86_64())
+    (unpacked / "Cython.libs").mkdir()
+    (unpacked / "Cython.libs" / "libgcc-abcd.so.1").write_bytes(_x86_64())
+    taken, why = BACKEND.compiled_from_source(str(unpacked), str(site))
+    assert why is None
+    assert taken == [f"Cython/Compiler/Scanning{X86_64}", "Cython.libs/libgcc-abcd.so.1"]
+    (unpacked / "Cython" / "__init__.py").write_text("__version__ = 'another'")
+    taken, why = BACKEND.compiled_from_source(str(unpacked), str(site))
+    assert taken == [] and why is not None and "Cython/__init__.py" in why
 
 
 def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:

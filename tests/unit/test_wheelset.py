@@ -593,6 +593,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     from dockerarch.simple_api import IndexFile
 
     x86 = "cffi-2.0.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    cy86 = "Cython-3.0.12-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
     files = {
         "cffi": {
             "cffi-2.0.0-cp311-cp311-manylinux_2_17_aarch64.whl": b"arm",
@@ -602,6 +603,9 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
             "cffi-1.17.1-cp311-cp311-manylinux_2_17_x86_64.whl": b"older",
         },
         "lonely": {"lonely-1.0-cp311-cp311-manylinux_2_17_aarch64.whl": b"arm only"},
+        # pure for the target, compiled for x86-64: a speed-up (NATIVE_SPEEDUPS)
+        "Cython": {"Cython-3.0.12-py2.py3-none-any.whl": b"pure", cy86: b"cy x86-64"},
+        "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"pure"},
     }
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
     indexes = closure.Indexes(wants, tmp_path / "dl", session=FakeIndex(files, {}))  # type: ignore[arg-type]
@@ -611,6 +615,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
         ("cffi", "2.0.0", "cffi-2.0.0-cp311-cp311-manylinux_2_17_aarch64.whl"),
         ("lonely", "1.0", "lonely-1.0-cp311-cp311-manylinux_2_17_aarch64.whl"),
         ("setuptools", "80.0.0", "setuptools-80.0.0-py3-none-any.whl"),
+        ("Cython", "3.0.12", "Cython-3.0.12-py2.py3-none-any.whl"),
     ):
         path = tmp_path / wheel
         path.write_bytes(b"target")
@@ -622,6 +627,13 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     made = wheelset.TargetSet(request=request, indexes=indexes, members=members)
     context = tmp_path / "context"
     context.mkdir()
-    assert wheelset.native_twins(made, sorted(members), context) == [x86]
+    assert wheelset.native_twins(made, sorted(members), context) == [cy86, x86]
     assert (context / x86).read_bytes() == b"x86-64"
-    assert sorted(p.name for p in context.iterdir()) == [x86]
+    assert (context / cy86).read_bytes() == b"cy x86-64"
+    assert sorted(p.name for p in context.iterdir()) == [cy86, x86]
+    # a speed-up whose index has only the pure wheel: nothing (the target's own is there)
+    files["Cython"].pop(cy86)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    made.indexes = closure.Indexes(wants, tmp_path / "dl2", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    assert wheelset.native_twins(made, sorted(members), fresh) == [x86]

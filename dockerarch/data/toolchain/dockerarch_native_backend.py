@@ -31,7 +31,10 @@ module of the target the native interpreter would load by its suffix (abi3, unta
 over for the Python source beside it (Cython's Utils.py beside Utils.abi3.so). Refused when a
 module is left with neither a twin nor its source (no x86-64 wheel of that version where the
 build looks, an abi3 twin that cannot sit beside the target's): "native-twin DIST VERSION" is
-logged per twin.
+logged per twin. A code generator installed from its pure-Python wheel for the target (Cython
+3.0 on armv7, SPEEDUPS) gets the compiled modules of its x86-64 wheel where that wheel's Python
+sources are byte for byte the installed ones (each module beside its own source): the native
+interpreter runs it compiled, the emulated one still loads the .py.
 
 uv's question to the target's interpreter before it makes the build environment (`python3.N -I
 -B -c SCRIPT`, its get_interpreter_info: markers, platform, glibc, schemes, pointer size) is
@@ -39,7 +42,8 @@ answered the same way: the native interpreter started as /usr/bin/python3.N, the
 answers in place (the C library's version too), no build environment to look at.
 
 Every decision is one line of $DOCKERARCH_DRIVERS_LOG: "native-backend NAME",
-"emulated-backend NAME WHY", "native-twin DIST VERSION" or "native-query INTERPRETER".
+"emulated-backend NAME WHY", "native-twin DIST VERSION", "pure-python DIST VERSION WHY" (a
+speed-up not taken) or "native-query INTERPRETER".
 """
 
 from __future__ import annotations
@@ -178,10 +182,37 @@ def twin_files(unpacked: str, top: str) -> list[str]:
             and not os.path.lexists(os.path.join(top, rel))]  # fmt: skip
 
 
-def _fetch_twin(name: str, version: str, top: str) -> str | None:
+def compiled_from_source(unpacked: str, top: str) -> tuple[list[str], str | None]:
+    """For a distribution installed in ``top`` from its pure-Python wheel: the x86-64 wheel's
+    (unpacked at ``unpacked``) extension modules compiled from a Python source that ``top`` has,
+    byte for byte, beside their own source (Cython's Scanning.py beside Scanning.cpython-311-
+    x86_64-linux-gnu.so), with the libraries they vendor; and why none may be taken, or None:
+    a Python source both wheels ship that differs (not the same code)."""
+    for root, _, files in os.walk(unpacked):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(root, name), unpacked)
+            mine = os.path.join(top, rel)
+            if os.path.isfile(mine) and not _same_bytes(mine, os.path.join(unpacked, rel)):
+                return [], f"its x86-64 wheel's {rel} is not the one installed"
+    taken = [rel for rel in twin_files(unpacked, top) if _library(rel) or (
+        os.path.isfile(os.path.join(top, _stem(rel) + ".py"))
+        and os.path.isfile(os.path.join(unpacked, _stem(rel) + ".py")))]  # fmt: skip
+    return taken, None
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | None:
     """Copies the compiled files of ``name`` ``version``'s x86-64 wheel into the environment
     ``top``; why not, or None. The wheel comes from where this build takes its wheels: uv's index
-    settings, or $DOCKERARCH_TWIN_ARGS (a wheel set's build: its own wheels, no index)."""
+    settings, or $DOCKERARCH_TWIN_ARGS (a wheel set's build: its own wheels, no index). ``pure``:
+    the target's is its pure-Python wheel, and only modules compiled from the same sources are
+    taken (compiled_from_source)."""
     import shlex
     import shutil
     import subprocess
@@ -201,7 +232,14 @@ def _fetch_twin(name: str, version: str, top: str) -> str | None:
         if run.returncode != 0:
             said = [ln.strip() for ln in (run.stderr + run.stdout).splitlines() if ln.strip()]
             return f"no x86-64 wheel of {name} {version} ({said[-1] if said else run.returncode})"
-        for rel in twin_files(unpacked, top):  # each whole or not at all: another may import it
+        taken: list[str] | None = twin_files(unpacked, top)
+        if pure:
+            taken, differs = compiled_from_source(unpacked, top)
+            if differs is not None:
+                return differs
+            if not taken:
+                return f"its x86-64 wheel ({name} {version}) has no compiled modules"
+        for rel in taken or []:  # each whole or not at all: another may import it
             dest = os.path.join(top, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copy2(os.path.join(unpacked, rel), dest + ".dockerarch-part")
@@ -212,10 +250,42 @@ def _fetch_twin(name: str, version: str, top: str) -> str | None:
     return None
 
 
+# Build requirements that run in the native interpreter (code generators) and whose wheel for a
+# target can be pure Python while their x86-64 wheel is compiled (Cython 3.0: no armv7 wheel, so
+# pandas' and scipy's armv7 builds install py2.py3-none-any, and Cython runs 2-3x slower pure).
+SPEEDUPS = ("cython",)
+_MARK = "DOCKERARCH-TWIN"  # in such a distribution's .dist-info: its compiled twins were sought
+
+
+def pure_speedups(top: str) -> list[tuple[str, str, str]]:
+    """The SPEEDUPS installed in ``top`` from their pure-Python wheels (no compiled file in their
+    RECORD) whose twins were not sought yet: (name, version, .dist-info directory)."""
+    import csv
+
+    found = []
+    for info in sorted(os.listdir(top) if os.path.isdir(top) else []):
+        name, _, version = info.removesuffix(".dist-info").partition("-")
+        if not info.endswith(".dist-info") or name.lower().replace("_", "-") not in SPEEDUPS:
+            continue
+        path = os.path.join(top, info)
+        if os.path.exists(os.path.join(path, _MARK)):
+            continue
+        try:
+            with open(os.path.join(path, "RECORD"), newline="", encoding="utf-8") as f:
+                rows = [row[0] for row in csv.reader(f) if row]
+        except OSError:
+            continue
+        if not any(r.endswith(".so") or ".so." in r for r in rows):
+            found.append((name, version, path))
+    return found
+
+
 def twins(site_dirs: list[str]) -> str | None:
-    """Gives the target's compiled modules in the build environment their x86-64 twins; why the
-    native interpreter cannot stand in, or None: a module left with neither a twin nor its
-    Python source (the failed fetch said, when one failed)."""
+    """Gives the target's compiled modules in the build environment their x86-64 twins, and the
+    SPEEDUPS installed pure for the target their x86-64 compiled modules; why the native
+    interpreter cannot stand in, or None: a module left with neither a twin nor its Python
+    source (the failed fetch said, when one failed). A speed-up not found is said
+    ("pure-python DIST VERSION WHY"), not a refusal: the pure modules run natively all the same."""
     import _imp
 
     native_suffix = _imp.extension_suffixes()[0]
@@ -230,6 +300,12 @@ def twins(site_dirs: list[str]) -> str | None:
                 )
             else:
                 fetched = fetched or _fetch_twin(name, version, top)
+        for name, version, info in pure_speedups(top):
+            slower = _fetch_twin(name, version, top, pure=True)
+            if slower is not None:
+                _log(f"pure-python {name} {version} {slower}")
+            with open(os.path.join(info, _MARK), "w") as mark:  # sought once per environment
+                mark.write((slower or "twins copied") + "\n")
         left = stranded(top, without_twins(top, native_suffix))
         if left and why is None:
             why = fetched or (f"the build environment has a compiled module for the target "
