@@ -232,14 +232,13 @@ def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | 
         if run.returncode != 0:
             said = [ln.strip() for ln in (run.stderr + run.stdout).splitlines() if ln.strip()]
             return f"no x86-64 wheel of {name} {version} ({said[-1] if said else run.returncode})"
-        taken: list[str] | None = twin_files(unpacked, top)
-        if pure:
-            taken, differs = compiled_from_source(unpacked, top)
-            if differs is not None:
-                return differs
-            if not taken:
-                return f"its x86-64 wheel ({name} {version}) has no compiled modules"
-        for rel in taken or []:  # each whole or not at all: another may import it
+        taken, differs = compiled_from_source(unpacked, top) if pure else (
+            twin_files(unpacked, top), None)  # fmt: skip
+        if differs is not None:
+            return differs
+        if pure and not taken:
+            return "its x86-64 wheel has no compiled modules beside their sources"
+        for rel in taken:  # each whole or not at all: another may import it
             dest = os.path.join(top, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copy2(os.path.join(unpacked, rel), dest + ".dockerarch-part")
