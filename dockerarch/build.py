@@ -14,6 +14,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -24,8 +25,8 @@ from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import abandoned_work_dirs, make_work_dir, replace_dir
 from dockerarch.render import RenderRequest
 
-__all__ = ["BuildOptions", "Job", "JobResult", "Progress", "host_ca_bundle", "plan_accel",
-           "resolve_uses", "run_jobs"]  # fmt: skip
+__all__ = ["BuildOptions", "Feed", "Job", "JobResult", "Progress", "host_ca_bundle", "plan_accel",
+           "resolve_uses", "run_jobs", "run_queues"]  # fmt: skip
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
@@ -221,12 +222,11 @@ def resolve_uses(request: RenderRequest, options: BuildOptions) -> dict[str, Pat
     return found
 
 
-def run_jobs(
+def _plan_jobs(
     requests: list[RenderRequest], options: BuildOptions, progress: Progress
-) -> list[JobResult]:
-    """Build every target concurrently (buildx and BuildKit share the machine)."""
-    results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
-    # Every route first: a node that does not answer stops the run before anything is built or written.
+) -> list[tuple[Job, dict[str, Path]]]:
+    """Each request's job (its route, acceleration, named contexts); a node that does not answer
+    stops the run before anything is built or written."""
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
     uses = [resolve_uses(r, options) for r in requests]
@@ -241,46 +241,92 @@ def run_jobs(
     for request, decision in zip(requests, decisions, strict=True):
         if decision.note:
             progress.say(request.target.name, decision.note)
+    return [(Job(r, options, progress, routes[i], decisions[i]), uses[i])
+            for i, r in enumerate(requests)]  # fmt: skip
 
-    def work(index: int, request: RenderRequest) -> None:
-        name = request.target.name
-        try:
-            job = jobs[index]
-            job.contexts.update({k: str(v) for k, v in uses[index].items()})
-            results[index] = job.run()
-            result = results[index]
-            if result.error is None:
-                count = len(result.artifacts)
-                progress.end(name, f"done: {count} artifact{'s' if count != 1 else ''} verified")
-            else:
-                progress.end(name, f"failed (exit code {result.error.exit_code})")
-        except DockerarchError as exc:
-            results[index].error = exc
-            progress.end(name, "failed")
-        except Exception as exc:
-            progress.end(name, "failed")
-            error = DockerarchError(
-                f"internal error while building for {request.target.name}: "
-                f"{type(exc).__name__}: {exc}",
-                fix="This is a bug in dockerarch: run again with --debug and report it.",
-            )
-            error.__cause__ = exc
-            results[index].error = error
 
-    jobs = [Job(r, options, progress, routes[i], decisions[i]) for i, r in enumerate(requests)]
-    threads = [
-        threading.Thread(target=work, args=(i, r), daemon=True) for i, r in enumerate(requests)
-    ]
-    for thread in threads:
-        thread.start()
+def _run_job(job: Job, uses: dict[str, Path], progress: Progress) -> JobResult:
+    """One job to its end: its result, with the error it ended with (never raised)."""
+    name = job.request.target.name
+    result = JobResult(target=name)
+    try:
+        job.contexts.update({k: str(v) for k, v in uses.items()})
+        result = job.run()
+        if result.error is None:
+            count = len(result.artifacts)
+            progress.end(name, f"done: {count} artifact{'s' if count != 1 else ''} verified")
+        else:
+            progress.end(name, f"failed (exit code {result.error.exit_code})")
+    except DockerarchError as exc:
+        result.error = exc
+        progress.end(name, "failed")
+    except Exception as exc:
+        progress.end(name, "failed")
+        error = DockerarchError(
+            f"internal error while building for {name}: {type(exc).__name__}: {exc}",
+            fix="This is a bug in dockerarch: run again with --debug and report it.",
+        )
+        error.__cause__ = exc
+        result.error = error
+    return result
+
+
+def _wait(threads: list[threading.Thread], jobs: list[Job], progress: Progress) -> None:
+    """Until every thread ends; on Ctrl-C each job's log so far is kept, then it goes on up."""
     try:
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)  # wakes up for Ctrl-C
     except KeyboardInterrupt:
-        for job in jobs:
+        for job in list(jobs):
             kept = job.keep_interrupted_log()
             if kept is not None:
                 progress.say(job.target.name, f"interrupted; its log so far: {kept}")
         raise
+
+
+def run_jobs(
+    requests: list[RenderRequest], options: BuildOptions, progress: Progress
+) -> list[JobResult]:
+    """Build every target concurrently (buildx and BuildKit share the machine)."""
+    planned = _plan_jobs(requests, options, progress)
+    results: list[JobResult] = [JobResult(target=r.target.name) for r in requests]
+
+    def work(index: int) -> None:
+        results[index] = _run_job(*planned[index], progress)
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    _wait(threads, [job for job, _ in planned], progress)
     return results
+
+
+Feed = Callable[[JobResult | None], RenderRequest | None]
+
+
+def run_queues(feeds: list[Feed], options: BuildOptions, progress: Progress) -> None:
+    """Jobs one after another per feed, the feeds side by side: each feed is asked for its next
+    request with the result of its last (None the first time) until it answers None. A
+    target's next build starts when its own last one ends, not when every target's has (a
+    wheel set's members: armv7 builds cffi and then zstandard while aarch64 builds zstandard).
+    An exception a feed raises ends the run once every feed has stopped."""
+    jobs: list[Job] = []
+    failed: list[BaseException] = []
+
+    def work(feed: Feed) -> None:
+        last: JobResult | None = None
+        try:
+            while (request := feed(last)) is not None:
+                ((job, uses),) = _plan_jobs([request], options, progress)
+                jobs.append(job)
+                last = _run_job(job, uses, progress)
+        except BaseException as exc:  # raised again in the caller's thread
+            failed.append(exc)
+
+    threads = [threading.Thread(target=work, args=(f,), daemon=True) for f in feeds]
+    for thread in threads:
+        thread.start()
+    _wait(threads, jobs, progress)
+    if failed:
+        raise failed[0]

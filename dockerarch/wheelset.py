@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import tarfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable
@@ -47,7 +48,7 @@ from packaging.version import InvalidVersion
 from dockerarch import closure, pkgindex, sdistfix
 from dockerarch.accel import DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport, VerificationError
-from dockerarch.build import JobResult, Progress
+from dockerarch.build import Feed, JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
 from dockerarch.closure import Indexes, ResolutionError, Resolved
 from dockerarch.errors import DockerarchError, UsageError
@@ -573,42 +574,12 @@ def make_sets(
 
     work = make_work_dir(options.out, "wheelset")
     try:
-        queues = {t.target: list(t.order) for t in made}
-        while any(queues.values()):
-            round_requests: list[tuple[TargetSet, str, RenderRequest]] = []
-            for target_set in made:
-                while queues[target_set.target]:
-                    key = queues[target_set.target].pop(0)
-                    member = target_set.members[key]
-                    try:
-                        if options.cache and _reuse(target_set, member, options.out, progress):
-                            continue
-                        # hybrid: the native backend and generators take twins from the set
-                        request = build_requests(target_set, key, work,
-                                                 twins=options.accel == "hybrid")  # fmt: skip
-                    except DockerarchError as exc:
-                        member.error = exc
-                        continue
-                    round_requests.append((target_set, key, request))
-                    break
-            if not round_requests:
-                continue
-            for target_set, key, _ in round_requests:
-                progress.reopen(target_set.target)
-                progress.say(target_set.target, f"set: building {key} (needed by "
-                             f"{needed_by(target_set.members[key])})")  # fmt: skip
-            results = build_module.run_jobs([r for _, _, r in round_requests], options, progress)
-            for (target_set, key, _), result in zip(round_requests, results, strict=True):
-                member = target_set.members[key]
-                asked = asked_for(result) if result.error is not None else []
-                if asked and not set(asked) <= set(member.asked) and len(member.asked) < 8:
-                    say = _sayer(progress, target_set.target)
-                    say(f"set: {key}'s build asks for {', '.join(asked)} besides the build "
-                        "requirements it declares: adding them to its build environment")  # fmt: skip
-                    first = extend_build_env(target_set, key, asked, wants, options.out, say)
-                    queues[target_set.target][:0] = [*first, key]
-                    continue
-                _take(member, result)
+        # each target's members in order, the targets side by side: a target's next member
+        # starts when its own last build ends (one lock over what the targets share: the
+        # indexes and their downloads)
+        lock = threading.Lock()
+        feeds = [_member_feed(t, work, wants, options, progress, lock) for t in made]
+        build_module.run_queues(feeds, options, progress)
         for target_set in made:
             failed = [m for m in target_set.members.values() if m.error is not None]
             if failed:
@@ -623,6 +594,49 @@ def make_sets(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return made
+
+
+def _member_feed(made: TargetSet, work: Path, wants: Wants, options: BuildOptions,
+                 progress: Progress, lock: threading.Lock) -> Feed:  # fmt: skip
+    """build.run_queues' feed of one target's set: its members' build requests in build order
+    (those built earlier reused, with the cache), each result taken before the next (a build
+    that asks for more build requirements is built again after them)."""
+    queue = list(made.order)
+    building: list[str] = []  # the member whose build ran last
+
+    def feed(result: JobResult | None) -> RenderRequest | None:
+        with lock:
+            if building and result is not None:
+                key = building.pop()
+                member = made.members[key]
+                asked = asked_for(result) if result.error is not None else []
+                if asked and not set(asked) <= set(member.asked) and len(member.asked) < 8:
+                    say = _sayer(progress, made.target)
+                    say(f"set: {key}'s build asks for {', '.join(asked)} besides the build "
+                        "requirements it declares: adding them to its build environment")  # fmt: skip
+                    first = extend_build_env(made, key, asked, wants, options.out, say)
+                    queue[:0] = [*first, key]
+                else:
+                    _take(member, result)
+            while queue:
+                key = queue.pop(0)
+                member = made.members[key]
+                try:
+                    if options.cache and _reuse(made, member, options.out, progress):
+                        continue
+                    # hybrid: the native backend and generators take twins from the set
+                    request = build_requests(made, key, work, twins=options.accel == "hybrid")
+                except DockerarchError as exc:
+                    member.error = exc
+                    continue
+                progress.reopen(made.target)
+                progress.say(made.target, f"set: building {key} (needed by "
+                             f"{needed_by(member)})")  # fmt: skip
+                building.append(key)
+                return request
+            return None
+
+    return feed
 
 
 def _sayer(progress: Progress, target: str) -> Say:
