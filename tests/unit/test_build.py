@@ -210,3 +210,71 @@ def test_the_engines_own_platform_builds_natively_on_it(monkeypatch: pytest.Monk
 )
 def test_a_step_log_the_engine_clipped_is_recognised(line: str, clipped: bool) -> None:
     assert bool(steps.CLIPPED.search(line)) is clipped
+
+
+def test_each_queue_starts_its_next_job_when_its_own_last_one_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two targets' queues (a wheel set's members): armv7's second build starts while aarch64's
+    first is still running, and each feed gets the result of its own last job."""
+    import threading
+    from types import SimpleNamespace
+
+    second_started = threading.Event()
+    ran: list[str] = []
+
+    def plan(requests: list[object], options: object, progress: object) -> list[tuple[object, dict[str, Path]]]:  # fmt: skip
+        return [(SimpleNamespace(request=r), {}) for r in requests]
+
+    def run(job: SimpleNamespace, uses: object, progress: object) -> build.JobResult:
+        name = str(job.request)
+        ran.append(name)
+        if name == "armv7 zstandard":
+            second_started.set()
+        if name == "aarch64 zstandard":  # ends only once armv7's second build has started
+            assert second_started.wait(10), "armv7's next build waited for aarch64's"
+        return build.JobResult(target=name)
+
+    monkeypatch.setattr(build, "_plan_jobs", plan)
+    monkeypatch.setattr(build, "_run_job", run)
+    seen: dict[str, list[str | None]] = {"armv7": [], "aarch64": []}
+
+    def feed(arch: str, names: list[str]) -> build.Feed:
+        def next_request(result: build.JobResult | None) -> object:
+            seen[arch].append(result.target if result else None)
+            return f"{arch} {names.pop(0)}" if names else None
+
+        return next_request  # type: ignore[return-value]
+
+    feeds = [feed("armv7", ["cffi", "zstandard"]), feed("aarch64", ["zstandard"])]
+    build.run_queues(feeds, None, None)  # type: ignore[arg-type]
+    assert sorted(ran) == ["aarch64 zstandard", "armv7 cffi", "armv7 zstandard"]
+    assert seen == {"armv7": [None, "armv7 cffi", "armv7 zstandard"],
+                    "aarch64": [None, "aarch64 zstandard"]}  # fmt: skip
+
+
+def test_an_exception_in_a_feed_ends_the_run_after_the_other_feeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(
+        build, "_plan_jobs", lambda rs, o, p: [(SimpleNamespace(request=r), {}) for r in rs]
+    )
+    monkeypatch.setattr(
+        build, "_run_job", lambda job, u, p: build.JobResult(target=str(job.request))
+    )
+    done: list[str] = []
+
+    def broken(result: object) -> object:
+        raise UsageError("a feed failed", fix="none")
+
+    def fine(result: build.JobResult | None) -> object:
+        if result is not None:
+            done.append(result.target)
+            return None
+        return "aarch64 zstandard"
+
+    with pytest.raises(UsageError, match="a feed failed"):
+        build.run_queues([broken, fine], None, None)  # type: ignore[list-item, arg-type]
+    assert done == ["aarch64 zstandard"]
