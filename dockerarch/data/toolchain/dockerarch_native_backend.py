@@ -188,23 +188,20 @@ def compiled_from_source(unpacked: str, top: str) -> tuple[list[str], str | None
     byte for byte, beside their own source (Cython's Scanning.py beside Scanning.cpython-311-
     x86_64-linux-gnu.so), with the libraries they vendor; and why none may be taken, or None:
     a Python source both wheels ship that differs (not the same code)."""
+    import filecmp
+
     for root, _, files in os.walk(unpacked):
         for name in files:
             if not name.endswith(".py"):
                 continue
             rel = os.path.relpath(os.path.join(root, name), unpacked)
             mine = os.path.join(top, rel)
-            if os.path.isfile(mine) and not _same_bytes(mine, os.path.join(unpacked, rel)):
+            if os.path.isfile(mine) and not filecmp.cmp(mine, os.path.join(unpacked, rel), False):
                 return [], f"its x86-64 wheel's {rel} is not the one installed"
     taken = [rel for rel in twin_files(unpacked, top) if _library(rel) or (
         os.path.isfile(os.path.join(top, _stem(rel) + ".py"))
         and os.path.isfile(os.path.join(unpacked, _stem(rel) + ".py")))]  # fmt: skip
     return taken, None
-
-
-def _same_bytes(a: str, b: str) -> bool:
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        return fa.read() == fb.read()
 
 
 def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | None:
