@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from dockerarch import accel, builders, engine
+from dockerarch import accel, builders, engine, process
 from dockerarch.buildsteps import STEPS, BuildOptions, Engine, JobState
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import abandoned_work_dirs, make_work_dir, replace_dir
@@ -108,7 +108,8 @@ class Job:
         except DockerarchError as exc:
             result.error = exc
             if log_path.exists() and log_path.stat().st_size > 0:
-                result.log = self.final.parent / f"{self.final.name}.failed.log"
+                ended = "interrupted" if process.interrupting() else "failed"  # Ctrl-C stopped it
+                result.log = self.final.parent / f"{self.final.name}.{ended}.log"
                 os.replace(log_path, result.log)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -142,9 +143,9 @@ class Job:
             shutil.rmtree(stale, ignore_errors=True)
 
     def keep_interrupted_log(self) -> Path | None:
-        """On Ctrl-C (the job's thread is stopped with the process, its cleanup never runs):
-        its log so far kept beside the result, as a failed one is, and its temporary directory
-        removed."""
+        """On Ctrl-C, for a job whose thread did not end once buildx had (its cleanup never
+        runs): its log so far kept beside the result, as a failed one is, and its temporary
+        directory removed."""
         work = self.work
         if work is None:
             return None
@@ -255,6 +256,10 @@ def _run_job(job: Job, uses: dict[str, Path], progress: Progress) -> JobResult:
         if result.error is None:
             count = len(result.artifacts)
             progress.end(name, f"done: {count} artifact{'s' if count != 1 else ''} verified")
+        elif process.interrupting():
+            if result.log is not None:
+                progress.say(name, f"interrupted; its log so far: {result.log}")
+            progress.end(name, "interrupted")
         else:
             progress.end(name, f"failed (exit code {result.error.exit_code})")
     except DockerarchError as exc:
@@ -272,13 +277,20 @@ def _run_job(job: Job, uses: dict[str, Path], progress: Progress) -> JobResult:
 
 
 def _wait(threads: list[threading.Thread], jobs: list[Job], progress: Progress) -> None:
-    """Until every thread ends; on Ctrl-C each job's log so far is kept, then it goes on up."""
+    """Until every thread ends. On Ctrl-C, buildx is stopped and waited for (BuildKit would give
+    a build started at once the cancelled one's steps), each job ends as interrupted with its log
+    so far kept, and the interrupt goes on up."""
     try:
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)  # wakes up for Ctrl-C
     except KeyboardInterrupt:
-        for job in list(jobs):
+        names = [job.target.name for job in jobs] or ["dockerarch"]
+        process.interrupt_children(say=lambda line: progress.say(names[0], line))
+        deadline = time.monotonic() + 10  # each job's own end: its log kept, its work removed
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for job in list(jobs):  # a job whose thread is stuck: its log kept from here
             kept = job.keep_interrupted_log()
             if kept is not None:
                 progress.say(job.target.name, f"interrupted; its log so far: {kept}")
@@ -317,7 +329,7 @@ def run_queues(feeds: list[Feed], options: BuildOptions, progress: Progress) -> 
     def work(feed: Feed) -> None:
         last: JobResult | None = None
         try:
-            while (request := feed(last)) is not None:
+            while not process.interrupting() and (request := feed(last)) is not None:
                 ((job, uses),) = _plan_jobs([request], options, progress)
                 jobs.append(job)
                 last = _run_job(job, uses, progress)

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from pathlib import Path
 from dockerarch.errors import CommandFailedError, ToolMissingError
 
 _debug = False
+_interrupted = threading.Event()  # set once Ctrl-C is being handled: stops read it as such
 
 
 def set_debug(enabled: bool) -> None:
@@ -180,25 +182,59 @@ def children_of(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return sorted(found)
 
 
-def interrupt_children(timeout: float = 10.0) -> list[int]:
-    """SIGINT to every program dockerarch started that still runs, then wait for them a little.
+def interrupting() -> bool:
+    """Whether Ctrl-C is being handled: a program that ends now was stopped, it did not fail."""
+    return _interrupted.is_set()
+
+
+def interrupt_children(
+    say: Callable[[str], None] = lambda line: None, patience: float = 5.0, limit: float = 300.0
+) -> list[int]:
+    """SIGINT to every program dockerarch started that still runs, then wait until they end.
 
     Ctrl-C on a terminal reaches the whole process group, but a `kill -INT` of dockerarch alone
     (a CI timeout, a supervisor) would leave buildx building on: buildx cancels its build on
-    SIGINT. Returns the processes signalled."""
+    SIGINT. dockerarch must not end before buildx has: BuildKit shares a step that is still
+    running with any build that asks for the same step, so a run started at once would join
+    the cancelled one and fail with it (or wait for it). After ``patience`` seconds ``say`` tells
+    what is awaited; another Ctrl-C, or ``limit`` seconds, leaves them running. Returns the
+    processes signalled."""
+    _interrupted.set()
     children = children_of(os.getpid())
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGINT)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     waiting = set(children)
-    while waiting and time.monotonic() < deadline:
-        for pid in list(waiting):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid  # reaped elsewhere
-            if done:
-                waiting.discard(pid)
-        time.sleep(0.1)
+    told = False
+    try:
+        while waiting and time.monotonic() - started < limit:
+            for pid in list(waiting):
+                try:  # WNOWAIT: its own Popen (another thread) still reaps it, and its status
+                    ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # reaped already
+                    ended = None
+                    waiting.discard(pid)
+                if ended is not None:
+                    waiting.discard(pid)
+            if waiting and not told and time.monotonic() - started >= patience:
+                told = True
+                say(f"waiting for {_names(waiting)} to stop (Ctrl-C again to leave it running)")
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass  # asked to leave them
+    if waiting:
+        say(f"left running: {_names(waiting)}")
     return children
+
+
+def _names(pids: set[int]) -> str:
+    """Each process as 'docker (pid 12)', its name read from /proc."""
+    names = []
+    for pid in sorted(pids):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            comm = "a program"
+        names.append(f"{comm} (pid {pid})")
+    return ", ".join(names)

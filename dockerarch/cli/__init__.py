@@ -108,11 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        from dockerarch import process
-
-        stopped = process.interrupt_children()
-        typer.echo("Interrupted." + (" Stopped what it had started." if stopped else ""), err=True)
-        sys.exit(INTERRUPTED_EXIT)
+        _interrupted()
+    except SystemExit as exc:
+        if _from_ctrl_c(exc):  # typer turns Ctrl-C into exit code 130 on its own
+            _interrupted()
+        raise
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -122,3 +122,24 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(INTERNAL_ERROR_EXIT)
+
+
+def _from_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a KeyboardInterrupt was handled (its causes, contexts)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _interrupted() -> None:
+    """Ctrl-C: every program still running stopped (and waited for), then exit code 130."""
+    was = process.interrupting()  # a build has stopped its own already
+    stopped = process.interrupt_children(say=lambda line: typer.echo(f"  {line}", err=True))
+    said = " Stopped what it had started." if stopped or was else ""
+    typer.echo(f"Interrupted.{said}", err=True)
+    sys.exit(INTERRUPTED_EXIT)
