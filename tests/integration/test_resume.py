@@ -141,7 +141,25 @@ def build_until_half(project: Path, out: Path, stop: str) -> str:
     _, rest = proc.communicate(timeout=300)
     expected = {"ctrl-c": 130, "sigkill": -signal.SIGKILL, "kill-buildx": 6}[stop]
     assert proc.returncode == expected, "".join(said) + (rest or "")
+    if stop == "ctrl-c":
+        # buildx stopped before dockerarch ended: BuildKit hands a step still running to any
+        # build that asks for it, and the run started next would join the cancelled one
+        assert not in_session(proc.pid), in_session(proc.pid)
+        assert "Interrupted. Stopped what it had started." in rest
     return "".join(said) + (rest or "")
+
+
+def in_session(sid: int) -> list[str]:
+    """The processes still running in session ``sid`` (the command's and all it started)."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, fields = stat.read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        if fields.split()[3] == str(sid) and fields.split()[0] != "Z":
+            left.append(comm.split("(", 1)[1])
+    return left
 
 
 def tarball(out: Path) -> dict[str, bytes]:

@@ -72,18 +72,6 @@ def test_unexpected_exception_is_an_internal_error_without_traceback(
     assert "Traceback" not in err
 
 
-def test_ctrl_c_exits_130(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def interrupted(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(dockerarch.doctor, "run_checks", interrupted)
-    code, _, err = run(["doctor"], capsys)
-    assert code == 130
-    assert "Traceback" not in err
-
-
 def test_unknown_key_in_registry_yaml_is_rejected_with_its_path(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -165,3 +153,42 @@ def test_set_options_without_a_set_are_refused(
     code, _, err = run(["build", "numpy", "--arch", "armv7", *option], capsys)
     assert code == 2 and "go with a wheel set" in " ".join(err.split()), err
     assert "Traceback" not in err
+
+
+def test_ctrl_c_stops_what_dockerarch_started_and_exits_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """typer turns Ctrl-C into its own exit 130: main must still see it and stop buildx (a
+    buildx left running hands its cancelled steps to the next run)."""
+    import threading
+
+    from dockerarch import process
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    stopped: list[bool] = []
+
+    def interrupt_children(say: object) -> list[int]:
+        stopped.append(True)
+        return [4242]
+
+    monkeypatch.setattr(dockerarch.doctor, "run_checks", ctrl_c)
+    monkeypatch.setattr(process, "interrupt_children", interrupt_children)
+    monkeypatch.setattr(process, "_interrupted", threading.Event())
+    code, _, err = run(["doctor"], capsys)
+    assert code == 130
+    assert stopped == [True]
+    assert "Interrupted. Stopped what it had started." in err
+    assert "Traceback" not in err
+
+
+def test_an_exit_not_caused_by_ctrl_c_stops_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dockerarch import process
+
+    monkeypatch.setattr(process, "interrupt_children", lambda say: pytest.fail("stopped"))
+    code, _, err = run(["doctor", "--bogus"], capsys)
+    assert code == 2
+    assert "Interrupted" not in err
