@@ -21,7 +21,7 @@ from typing import Protocol, TextIO
 
 from dockerarch import accel, builders, engine, process
 from dockerarch.buildsteps import STEPS, BuildOptions, Engine, JobState
-from dockerarch.errors import DockerarchError, UsageError
+from dockerarch.errors import DockerarchError, Interrupted, UsageError
 from dockerarch.files import abandoned_work_dirs, make_work_dir, replace_dir
 from dockerarch.render import RenderRequest
 
@@ -93,6 +93,8 @@ class Job:
             with log_path.open("w", buffering=1) as log:
                 state = self.new_state(work, log, started)
                 for name, step in STEPS:
+                    if process.interrupting():  # Ctrl-C: no further step starts a program
+                        raise Interrupted(f"Ctrl-C came before the step '{name}'")
                     began = time.monotonic()
                     step(state)
                     state.timings.append((name, time.monotonic() - began))

@@ -92,3 +92,9 @@ class CommandFailedError(DockerarchError):
 
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE from sysexits.h: a bug in dockerarch itself
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
+
+
+class Interrupted(DockerarchError):
+    """Ctrl-C came while the work went on: what had not started yet does not start."""
+
+    exit_code = INTERRUPTED_EXIT

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -241,3 +241,38 @@ def test_a_bad_source_date_epoch_is_a_clear_error(
     assert result.error is not None and f"SOURCE_DATE_EPOCH={given!r}" in result.error.problem
     assert "git log -1 --format=%ct" in (result.error.fix or "")
     assert engine.build_args == []  # nothing was built
+
+
+def test_after_ctrl_c_no_further_step_starts_and_the_log_is_kept_as_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a step runs no program (verify): the job's thread must not go on to start
+    buildx for the runtime image while dockerarch is stopping what it started."""
+    import threading
+
+    from dockerarch import process
+
+    monkeypatch.setattr(process, "_interrupted", threading.Event())
+    final = tmp_path / "dist" / "debian-armv7" / "qpulib-master"
+    ran: list[str] = []
+
+    Step = Callable[[buildsteps.JobState], None]
+
+    def step(name: str, original: Step) -> Step:
+        def run(job: buildsteps.JobState) -> None:
+            ran.append(name)
+            original(job)
+            if name == "verify":
+                job.log.write("verified, then Ctrl-C\n")
+                process._interrupted.set()  # as interrupt_children does
+
+        return run
+
+    monkeypatch.setattr(build, "STEPS", [(n, step(n, s)) for n, s in buildsteps.STEPS])
+    result = _job(tmp_path, FakeEngine(), Recorder()).run()
+    names = [n for n, _ in buildsteps.STEPS]
+    assert ran == names[: names.index("verify") + 1]
+    assert result.error is not None and result.error.exit_code == 130
+    assert result.log == final.parent / "qpulib-master.interrupted.log"
+    assert "verified, then Ctrl-C" in result.log.read_text()
+    assert [p.name for p in final.parent.iterdir()] == ["qpulib-master.interrupted.log"]
