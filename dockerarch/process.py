@@ -211,11 +211,12 @@ def interrupt_children(
         while waiting and time.monotonic() - started < limit:
             for pid in list(waiting):
                 try:  # WNOWAIT: its own Popen (another thread) still reaps it, and its status
-                    ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                except ChildProcessError:  # reaped already
-                    ended = None
-                    waiting.discard(pid)
-                if ended is not None:
+                    ended = (
+                        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+                    )
+                except ChildProcessError:
+                    ended = True  # reaped already
+                if ended:
                     waiting.discard(pid)
             if waiting and not told and time.monotonic() - started >= patience:
                 told = True
