@@ -428,7 +428,7 @@ def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missi
         found = _missing_natively(job, runtime)
         if found is not None:
             return found
-    command = libneeds.check_command(job.reports)
+    command = libneeds.check_command(installed(job))
     if command is None or job.image_tag is None:
         return []
     code, output = job.engine.run_in_image(
@@ -441,14 +441,14 @@ def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missi
             f"(exit code {code}): " + " / ".join(output.strip().splitlines()[-3:]),
             fix="See build.log.",
         )
-    return libneeds.parse(output, job.reports)
+    return libneeds.parse(output, installed(job))
 
 
 def _missing_natively(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing] | None:
     """The check of _missing_libraries by the x86-64 Python over the runtime image's files (the
     layout's `needs` stage, FROM the runtime stage just built: its steps come from the cache);
     None when that reading cannot answer for these files."""
-    files = libneeds.native_files(job.reports)
+    files = libneeds.native_files(installed(job))
     if files is None:
         return []
     work = Path(tempfile.mkdtemp(prefix="needs-", dir=job.work))
@@ -468,7 +468,13 @@ def _missing_natively(job: JobState, runtime: BuildSpec) -> list[libneeds.Missin
         job.say(f"the artifacts' libraries cannot be read natively ({why}): asking the "
                 "target's ldd")  # fmt: skip
         return None
-    return libneeds.parse(output, job.reports)
+    return libneeds.parse(output, installed(job))
+
+
+def installed(job: JobState) -> list[artifacts.ArtifactReport]:
+    """What the runtime image's checks cover: the artifacts, and the wheels a wheel set's member
+    installs with them (RenderRequest.installed_with: the rest of the set)."""
+    return [*job.reports, *job.request.installed_with]
 
 
 def smoke_test(job: JobState) -> None:
@@ -476,7 +482,7 @@ def smoke_test(job: JobState) -> None:
     under QEMU."""
     if job.image_tag is None:
         return
-    command = smoke_command(job.request, job.reports)
+    command = smoke_command(job.request, installed(job))
     if command is None:
         job.smoke_output = "nothing to import"
         return
@@ -499,8 +505,42 @@ def smoke_test(job: JobState) -> None:
             fix="The artifacts built and verified but do not work installed; see build.log. "
             "--no-smoke skips the test.",
         )
+    if job.request.installed_with:
+        _same_versions(job, output)
     job.smoke_output = output.strip().splitlines()[-1] if output.strip() else "ok"
     job.say(f"smoke test passed: {job.smoke_output}")
+
+
+_VERSION_MARK = "dockerarch-version:"
+
+
+def _same_versions(job: JobState, output: str) -> None:
+    """A wheel set's member whose image holds the whole set: every wheel of it is the version
+    installed there (pip took them from the set's directory, which also holds the build
+    environment's wheels: another version of one would make the image not the set)."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
+
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        if line.startswith(_VERSION_MARK):
+            said, _, there = line.removeprefix(_VERSION_MARK).strip().partition(" ")
+            found[canonicalize_name(said)] = there
+    for report in installed(job):
+        name, wanted, _, _ = parse_wheel_filename(report.name)
+        version = found.get(name)
+        try:
+            same = version is not None and Version(version) == wanted
+        except InvalidVersion:
+            same = False
+        if not same:
+            raise SmokeFailed(
+                f"{job.target}: {job.image_tag} holds {name} {version or '(not installed)'}, "
+                f"where the set's wheel is {report.name}: the image is not the set installed",
+                fix="The set's directory offered pip another version of it (a build "
+                "requirement's); see build.log. Report it: the set's check must install "
+                "exactly the set.",
+            )
 
 
 def write_manifest(job: JobState) -> None:
@@ -520,6 +560,8 @@ def write_manifest(job: JobState) -> None:
         "source_date_epoch": job.source_date_epoch,
         "image": {"tag": job.image_tag, "id": job.image_id},
         "artifacts": [r.as_dict() for r in job.reports],
+        # a wheel set's other wheels its runtime image installed, and its checks covered
+        "installed_with": [r.name for r in request.installed_with] or None,
         "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
         "accel": job.decision.accel,
         "hybrid": job.hybrid,
@@ -653,7 +695,19 @@ def smoke_command(request: RenderRequest, reports: list[artifacts.ArtifactReport
     modules = sorted({m for r in reports for m in r.top_level})
     if not modules:
         return None
-    return f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+    if not request.installed_with:
+        return f"python3 -c 'import {', '.join(modules)}; print(\"imported {' '.join(modules)}\")'"
+    # a wheel set's image (the whole set installed): the versions it holds, said before the
+    # imports' line (smoke_test compares them with the set's wheels)
+    names = sorted({r.name.split("-", 1)[0] for r in reports if r.name.endswith(".whl")})
+    script = (
+        f"import {', '.join(modules)}\n"
+        "from importlib.metadata import version\n"
+        f"for name in {json.dumps(names)}:\n"
+        f'    print("{_VERSION_MARK}", name, version(name))\n'
+        f'print("imported {" ".join(modules)}")\n'
+    )
+    return f"python3 -c {shlex.quote(script)}"
 
 
 _BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time

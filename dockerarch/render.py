@@ -25,6 +25,7 @@ from dockerarch.targets import BoardTarget
 if TYPE_CHECKING:
     from jinja2.sandbox import SandboxedEnvironment
 
+    from dockerarch.artifacts import ArtifactReport
     from dockerarch.sources import LocalSource
 
 
@@ -44,6 +45,9 @@ class RenderRequest:
     chosen_because: str | None = None  # the recipe picked this target for --arch: why
     # A wheel set's build: the wheels its build environment and runtime image take, and only them
     wheelset: Path | None = None
+    # A wheel set's member whose runtime image installs the whole set (every other board package
+    # is in its run-time closure): those wheels, whose libraries and modules its checks cover too
+    installed_with: tuple[ArtifactReport, ...] = ()
 
     @property
     def built_options(self) -> dict[str, str]:

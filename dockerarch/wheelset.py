@@ -277,7 +277,30 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
                   if p not in made.request.recipe.apt and p not in drivers)  # fmt: skip
     recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
-                               version=spec.version or "any", wheelset=context)  # fmt: skip
+                               version=spec.version or "any", wheelset=context,
+                               installed_with=installed_with(made, key))  # fmt: skip
+
+
+def installed_with(made: TargetSet, key: str) -> tuple[ArtifactReport, ...]:
+    """The set's other board wheels when ``key``'s runtime image installs the whole set (every
+    board package is ``key`` or in its run-time closure, which pip installs from the set with it):
+    that image's checks then cover their libraries, modules and versions too, and the set's own
+    check takes the image (set_runtime_image). () when the set holds more."""
+    member = made.members[key]
+    board = {k for k, m in made.members.items() if m.node.runtime or m.node.test}
+    others = board - {key}
+    if not member.node.runtime or not others or not others <= runtime_closure(made, key):
+        return ()
+    return tuple(_report(made, made.members[k]) for k in sorted(others))
+
+
+def _report(made: TargetSet, member: Member) -> ArtifactReport:
+    """A member's wheel through the board-ABI gate (a fetched one was at its download)."""
+    assert member.path is not None
+    if member.report is None:
+        member.report = pkgindex.gate_file(member.path, made.request.target,
+                                           fetched=not member.built)  # fmt: skip
+    return member.report
 
 
 def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
@@ -750,19 +773,26 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                    fallback_qemu=options.fallback_qemu)  # fmt: skip
     decision = plan_accel([request], [routed], options.accel, ccache=options.ccache)[0]
     job = Job(request, options, progress, routed, decision)
-    member, sole = sole_runtime_image(made, wanted, routed.builder) or (None, None)
-    if member is not None and sole is not None and job.engine.image_labels(sole, routed.context):
+    member, image = set_runtime_image(made, wanted, routed.builder) or (None, None)
+    if member is not None and image is not None and job.engine.image_labels(image, routed.context):
         tag = buildsteps.image_tag(request, made.target)
-        job.engine.tag_image(sole, tag, routed.context)
+        job.engine.tag_image(image, tag, routed.context)
         made.check = str((member.record or {}).get("smoke") or "")
-        progress.say(made.target, f"set: {sole}, its one board package's runtime image, is the "
-                     f"set installed from itself alone: tagged {tag}, not installed again")  # fmt: skip
-        (landing / "check.log").write_text(
-            f"The set's one board package, {member.key}, was built in this run and installed "
-            f"into {sole} from the set's wheels alone (no index, no network), its libraries "
-            f"found and its modules imported ({made.check}); installing the set again makes "
-            f"the same image, so {sole} is tagged {tag}.\n"
+        others = [str(n) for n in (member.record or {}).get("installed_with") or []]  # type: ignore[attr-defined]
+        what = (
+            f"{member.key} and the rest of the set ({len(others)} wheels)" if others else member.key
         )
+        progress.say(made.target, f"set: {image}, {what} installed from the set alone by "
+                     f"{member.key}'s build, is the set installed: tagged {tag}, not installed "
+                     "again")  # fmt: skip
+        (landing / "check.log").write_text(
+            f"{member.key} was built in this run and installed into {image} from the set's "
+            "wheels alone (no index, no network)"
+            + (f" with the rest of the set, its run-time closure ({', '.join(others)}): "
+               "the versions there are the set's," if others else ",")
+            + f" its libraries found and its modules imported ({made.check}); installing the "
+            f"set again makes the same image, so {image} is tagged {tag}.\n"
+        )  # fmt: skip
         return
     progress.say(made.target, "set: installing it from itself alone, under QEMU")
     work = make_work_dir(landing.parent, "check")
@@ -805,24 +835,33 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
         job.work = None
 
 
-def sole_runtime_image(made: TargetSet, wanted: SetRequest,
-                       builder: str) -> tuple[Member, str] | None:  # fmt: skip
-    """The set's one board package and its runtime image's tag, when that image already is the set
-    installed: the package was built in this run by ``builder`` (the one that would check the
-    set), so its runtime image was made from this set's wheels alone (no index, no network),
-    its libraries checked and its modules imported; nothing else goes on the board, and no
-    --test asks for more. Installing the set again would make the same image."""
-    installed = [m for m in made.members.values() if m.node.runtime or m.node.test]
-    if wanted.test_command or len(installed) != 1 or not installed[0].node.runtime:
+def set_runtime_image(made: TargetSet, wanted: SetRequest,
+                      builder: str) -> tuple[Member, str] | None:  # fmt: skip
+    """The member whose runtime image already is the set installed, and that image's tag: it was
+    built in this run by ``builder`` (the one that would check the set), so its runtime image was
+    made from this set's wheels alone (no index, no network), and that image holds every board
+    wheel of the set (the member's own, and those its checks covered: installed_with, their
+    libraries checked, their modules imported, their versions the set's); nothing else goes on
+    the board, and no --test asks for more. Installing the set again would make the same image."""
+    if wanted.test_command:
         return None
-    member = installed[0]
-    record = member.record or {}
-    image, route = record.get("image"), record.get("builder")
-    if not member.built or member.reused or not isinstance(image, dict):
+    board = [m for m in made.members.values() if m.node.runtime or m.node.test]
+    wheels = {m.path.name for m in board if m.path is not None}
+    if len(wheels) != len(board):
         return None
-    if not isinstance(route, dict) or route.get("name") != builder or not image.get("tag"):
-        return None
-    return member, str(image["tag"])
+    for member in board:
+        record = member.record or {}
+        image, route = record.get("image"), record.get("builder")
+        if not member.built or member.reused or not member.node.runtime or member.path is None:
+            continue
+        if not isinstance(image, dict) or not image.get("tag"):
+            continue
+        if not isinstance(route, dict) or route.get("name") != builder:
+            continue
+        covered = {member.path.name, *(str(n) for n in record.get("installed_with") or [])}  # type: ignore[attr-defined]
+        if wheels <= covered:
+            return member, str(image["tag"])
+    return None
 
 
 TEST_TIMEOUT = 3600  # seconds: a user's test suite under QEMU

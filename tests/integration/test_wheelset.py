@@ -97,6 +97,20 @@ def test_the_requirements_become_one_set_with_each_package_built_once_in_order(
         assert f"--hash=sha256:{digest}" in lock
     assert re.findall(r"^([a-z0-9-]+)==1\.0", lock, re.M) == [A, B, C]
     assert manifest["installed_check"] == "imported a_pkg b_pkg c_mod"
+    # b's runtime image installed a and c from the set with it, and its checks covered them
+    # (libraries, imports, versions): that image is the set's, not installed a second time
+    b = json.loads(
+        (out / "debian-armv7" / "dockerarch_settest_b-1.0" / "manifest.json").read_text()
+    )
+    assert sorted(b["installed_with"]) == [
+        w for w in wheels if not w.startswith("dockerarch_settest_b")
+    ]
+    assert b["smoke"] == "imported a_pkg b_pkg c_mod"
+    assert (
+        "not installed again" in done.stderr
+        and "installing it from itself alone" not in done.stderr
+    )
+    assert b["image"]["tag"] in (set_dir(out) / "check.log").read_text()
 
 
 def test_b_is_compiled_against_the_set_s_own_build_of_a(
@@ -155,7 +169,8 @@ def test_the_set_s_image_is_unpacked_by_the_native_uv(
     unpacks it (the emulated pip spent seconds starting and resolving per image); the stage's own
     Python tells uv its tags and scheme, and the modules are byte-compiled natively as before."""
     out, _ = built
-    check = (set_dir(out) / "check.log").read_text()
+    # the set's image is b's runtime image (b's closure is the whole set): b's build made it
+    check = (out / "debian-armv7" / "dockerarch_settest_b-1.0" / "build.log").read_text()
     step = re.search(
         r"^#(\d+) \[runtime \d+/\d+\] RUN --mount=type=bind,from=artifacts.*$", check, re.M
     )

@@ -541,30 +541,38 @@ def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: 
     assert set(wheelset.build_needs()["lxml"]) == {"libxml2-dev", "libxslt1-dev"}
 
 
+def _set_member(name: str, *, runtime: bool = True, sdist: bool = True,
+                requires: tuple[str, ...] = (), record: dict[str, Any] | None = None) -> wheelset.Member:  # fmt: skip
+    from packaging.version import Version
+
+    from dockerarch.artifacts import ArtifactReport
+    from dockerarch.simple_api import IndexFile
+
+    filename = f"{name}-1.0.tar.gz" if sdist else f"{name}-1.0-py3-none-any.whl"
+    wheel = f"{name}-1.0-cp311-cp311-linux_aarch64.whl"
+    node = closure.Resolved(candidate=closure.Candidate(
+        name=name, version=Version("1.0"), file=IndexFile(filename=filename, url="http://127.0.0.1/x")),
+        runtime=runtime, requires={f"{r}==1.0" for r in requires})  # fmt: skip
+    report = ArtifactReport(name=wheel, sha256="0" * 64, size=1, kind="wheel", elf_files=0,
+                            glibc=None, glibcxx=None, top_level=(name,))  # fmt: skip
+    return wheelset.Member(node=node, path=Path("/set") / wheel, report=report, record=record)
+
+
 def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Path) -> None:
     # `build wheel --package brotli`: the member's runtime image was installed from the set's
     # wheels alone; installing the set again would make the same image.
     import dataclasses
 
-    from packaging.version import Version
-
-    from dockerarch.simple_api import IndexFile
-
-    def node(name: str, runtime: bool = True, sdist: bool = True) -> closure.Resolved:
-        filename = f"{name}-1.0.tar.gz" if sdist else f"{name}-1.0-py3-none-any.whl"
-        return closure.Resolved(candidate=closure.Candidate(
-            name=name, version=Version("1.0"),
-            file=IndexFile(filename=filename, url="http://127.0.0.1/x")), runtime=runtime)  # fmt: skip
-
     record = {"image": {"tag": "dockerarch/brotli:1.0-debian-aarch64", "id": "sha256:1"},
               "builder": {"name": "local", "endpoint": None}, "smoke": "imported brotli"}  # fmt: skip
     request = plan("wheel", arch="aarch64", target=None, version=None, package="brotli",
                    settings={})[0]  # fmt: skip
-    built = wheelset.Member(node=node("brotli"), record=record)
+    built = _set_member("brotli", record=record)
     made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
-        "brotli==1.0": built, "setuptools==1.0": wheelset.Member(node=node("setuptools", runtime=False, sdist=False))})  # fmt: skip
+        "brotli==1.0": built, "setuptools==1.0": _set_member("setuptools", runtime=False, sdist=False)})  # fmt: skip
     wanted = wheelset.SetRequest(requirement_files=[], packages=["brotli"])
-    sole = wheelset.sole_runtime_image
+    sole = wheelset.set_runtime_image
+    assert wheelset.installed_with(made, "brotli==1.0") == ()  # nothing else on the board
     assert sole(made, wanted, "local") == (built, "dockerarch/brotli:1.0-debian-aarch64")
     assert sole(made, wanted, "pi-node") is None  # another builder checks the set
     with_tests = dataclasses.replace(wanted, test_command="pytest")
@@ -572,13 +580,42 @@ def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Pat
     built.reused = True  # built by an earlier run: its image may be older than this set
     assert sole(made, wanted, "local") is None
     built.reused = False
-    made.members["six==1.0"] = wheelset.Member(
-        node=node("six", sdist=False)
-    )  # a second board package
+    made.members["six==1.0"] = _set_member("six", sdist=False)  # a second board package
     assert sole(made, wanted, "local") is None
+    assert wheelset.installed_with(made, "brotli==1.0") == ()  # six is not brotli's dependency
     del made.members["six==1.0"]
-    made.members["brotli==1.0"] = wheelset.Member(node=node("brotli", sdist=False), record=record)
+    made.members["brotli==1.0"] = _set_member("brotli", sdist=False, record=record)
     assert sole(made, wanted, "local") is None  # fetched, not built: no runtime image of its own
+
+
+def test_a_set_that_is_one_built_package_and_its_closure_is_that_package_s_runtime_image(
+    tmp_path: Path,
+) -> None:
+    # `build wheel --package lightgbm` on aarch64: lightgbm built, numpy and scipy fetched. Its
+    # runtime image installed them from the set with it, and its checks covered them: that
+    # image is the set's, no second install under QEMU.
+    request = plan("wheel", arch="aarch64", target=None, version=None, package="lightgbm",
+                   settings={})[0]  # fmt: skip
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "lightgbm==1.0": _set_member("lightgbm", requires=("numpy", "scipy")),
+        "scipy==1.0": _set_member("scipy", sdist=False, requires=("numpy",)),
+        "numpy==1.0": _set_member("numpy", sdist=False),
+        "cmake==1.0": _set_member("cmake", runtime=False, sdist=False),  # a build requirement
+    })  # fmt: skip
+    others = wheelset.installed_with(made, "lightgbm==1.0")
+    assert [r.name for r in others] == ["numpy-1.0-cp311-cp311-linux_aarch64.whl",
+                                        "scipy-1.0-cp311-cp311-linux_aarch64.whl"]  # fmt: skip
+    assert wheelset.installed_with(made, "scipy==1.0") == ()  # lightgbm is not scipy's dependency
+    record = {"image": {"tag": "dockerarch/lightgbm:1.0-debian-aarch64", "id": "sha256:1"},
+              "builder": {"name": "local", "endpoint": None}, "smoke": "imported lightgbm numpy scipy",
+              "installed_with": [r.name for r in others]}  # fmt: skip
+    made.members["lightgbm==1.0"].record = record
+    wanted = wheelset.SetRequest(requirement_files=[], packages=["lightgbm"])
+    found = wheelset.set_runtime_image(made, wanted, "local")
+    assert found == (made.members["lightgbm==1.0"], "dockerarch/lightgbm:1.0-debian-aarch64")
+    # its checks did not cover scipy (an image built before, or a set that grew): checked anew
+    record["installed_with"] = [others[0].name]
+    assert wheelset.set_runtime_image(made, wanted, "local") is None
 
 
 def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_indexes(
