@@ -779,19 +779,16 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
         job.engine.tag_image(image, tag, routed.context)
         made.check = str((member.record or {}).get("smoke") or "")
         others = [str(n) for n in (member.record or {}).get("installed_with") or []]  # type: ignore[attr-defined]
-        what = (
-            f"{member.key} and the rest of the set ({len(others)} wheels)" if others else member.key
-        )
-        progress.say(made.target, f"set: {image}, {what} installed from the set alone by "
-                     f"{member.key}'s build, is the set installed: tagged {tag}, not installed "
-                     "again")  # fmt: skip
+        rest = f", with the rest of the set: {len(others)} wheels" if others else ""
+        progress.say(made.target, f"set: {image} ({member.key}'s runtime image{rest}) already is "
+                     f"the set installed from itself alone: tagged {tag}, not installed again")  # fmt: skip
         (landing / "check.log").write_text(
             f"{member.key} was built in this run and installed into {image} from the set's "
             "wheels alone (no index, no network)"
-            + (f" with the rest of the set, its run-time closure ({', '.join(others)}): "
-               "the versions there are the set's," if others else ",")
-            + f" its libraries found and its modules imported ({made.check}); installing the "
-            f"set again makes the same image, so {image} is tagged {tag}.\n"
+            + (f", with the rest of the set (its run-time closure: {', '.join(others)}), each "
+               "the set's version" if others else "")
+            + f"; its libraries were found and its modules imported ({made.check}). Installing "
+            f"the set again makes the same image, so {image} is tagged {tag}.\n"
         )  # fmt: skip
         return
     progress.say(made.target, "set: installing it from itself alone, under QEMU")
