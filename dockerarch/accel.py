@@ -59,10 +59,12 @@ DRIVERS: dict[str, tuple[str, ...]] = {
 # The PyPI distributions of the same drivers, which PEP 517 builds install into their build
 # environment: their x86-64 wheels, retagged, are offered to uv there (data/toolchain/native-wheels).
 DRIVER_WHEELS = {"cmake": "cmake", "ninja-build": "ninja"}
-# Targets whose PEP 517 backends run in the native Python (data/toolchain/dockerarch_native_backend.py):
-# 64-bit little-endian as x86-64 is, so sys.maxsize, struct sizes and byte order answer as the
-# target's Python would. 32-bit ARM keeps its backends emulated.
-BACKEND_ARCHES = ("aarch64",)
+# Targets whose PEP 517 backends run in a native Python (data/toolchain/dockerarch_native_backend.py)
+# of the same word size and byte order, so that sys.maxsize, pointer and C type sizes answer as
+# the target's Python would: aarch64's in the x86-64 interpreter, 32-bit ARM's in the i386 one
+# (the kernel runs both natively), by the target's Debian architecture.
+BACKEND_ARCHES = ("aarch64", "armv7")
+BACKEND_I386 = ("armhf",)  # Debian architectures whose backends run in the i386 interpreter
 WHEELS_DIR = "/usr/lib/dockerarch/wheels"
 DRIVERS_LOG = "/var/log/dockerarch-drivers.log"
 # ccache's own record of each run of the build (stats_log): what came from the cache, so a build
@@ -126,6 +128,11 @@ class Toolchain:
                 *(["python3-yaml"] if self.native_python else []))  # fmt: skip
 
     @property
+    def python32(self) -> bool:
+        """The PEP 517 backends run in the i386 interpreter (a 32-bit target)."""
+        return self.native_backend and self.debian_arch in BACKEND_I386
+
+    @property
     def python_package(self) -> str:
         """The Debian package of the interpreter native generators run in (python3.11-minimal)."""
         return f"python{self.python}-minimal"
@@ -149,6 +156,7 @@ class Toolchain:
             "python_program": f"python{self.python}",
             "native_python": list(self.native_python),
             "native_backend": self.native_backend,
+            "python32": self.python32,
             # The native interpreter: for the recipe's generators or for PEP 517 backends.
             "python_native": bool(self.native_python) or self.native_backend,
             "drivers_log": DRIVERS_LOG,
@@ -224,7 +232,10 @@ def decide(
         drivers=native_drivers(recipe) if requested == "hybrid" else (),
         python=target.python,
         native_python=recipe.native_python if requested == "hybrid" else (),
-        native_backend=requested == "hybrid" and target.arch.name in BACKEND_ARCHES,
+        native_backend=requested == "hybrid" and target.arch.name in BACKEND_ARCHES
+        # a 32-bit target's needs an interpreter of its own (an image stage): only where PEP 517
+        # builds run, in the recipes that make wheels
+        and (target.debian_arch not in BACKEND_I386 or "wheel" in recipe.artifacts),
     )  # fmt: skip
     cross = cross_packages(toolchain.triplet, toolchain.gcc, fortran=False)
     missing = [p for p in cross if not cross_available(p, toolchain_base.suite)]
@@ -446,7 +457,9 @@ NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 # one of them makes no new toolchain image.
 TOOLCHAIN_FILES = ("collect-toolchain", "toolchain-id", "dockerarch-cc.c", "use-native-drivers",
                    "dockerarch_native_python.py", "dockerarch_native_backend.py",
-                   "native-wheels")  # fmt: skip
+                   "native-wheels", "collect-python32")  # fmt: skip
+# A stage NATIVE_STAGES are made from too, when the Dockerfile has it (32-bit targets).
+NATIVE_PYTHON32_STAGE = "native-python32-stage"
 
 
 def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
@@ -458,6 +471,9 @@ def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
     digest = hashlib.sha256(f"base {base_id}\n".encode())
     for name in NATIVE_STAGES:
         digest.update(f"stage {name}\n{stage_text(dockerfile, name)}\n".encode())
+    if f" AS {NATIVE_PYTHON32_STAGE}\n" in dockerfile:
+        text = stage_text(dockerfile, NATIVE_PYTHON32_STAGE)
+        digest.update(f"stage {NATIVE_PYTHON32_STAGE}\n{text}\n".encode())
     root = context / CONTEXT_DIR
     for path in sorted(p for p in (root / f for f in TOOLCHAIN_FILES) if p.is_file()):
         digest.update(

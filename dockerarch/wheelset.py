@@ -46,7 +46,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from dockerarch import closure, pkgindex, sdistfix
-from dockerarch.accel import DRIVER_WHEELS, NATIVE_SPEEDUPS
+from dockerarch.accel import BACKEND_I386, DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import Feed, JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
@@ -307,11 +307,14 @@ def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
     """The x86-64 wheels, of the same versions, of the build requirements ``pins`` whose wheels
     for the target are compiled (numpy, cffi, Cython), or pure where x86-64's is compiled
     (NATIVE_SPEEDUPS: Cython 3.0 on armv7), hash-checked from the set's indexes into
-    ``context``: a hybrid build's native PEP 517 backend (aarch64) and native Cython (every
-    target) take their twins from there, as the build environment takes the target's
-    (dockerarch_native_backend). One the indexes do not have is left out: that build's backend
-    then runs emulated, and says why, and Cython from its pure-Python modules. Their file names."""
-    native = python_target(made.request.target, machine="x86_64")
+    ``context``: a hybrid build's native PEP 517 backend and native Cython (every target) take
+    their twins from there, as the build environment takes the target's
+    (dockerarch_native_backend). A 32-bit target's compiled ones get their i686 wheels too: its
+    backend runs in the i386 interpreter. One the indexes do not have is left out: that build's
+    backend then runs emulated, and says why, and Cython from its pure-Python modules. Their
+    file names."""
+    i386 = made.request.target.debian_arch in BACKEND_I386
+    machines = ["x86_64", *(["i686"] if i386 else [])]
     found = []
     for key in pins:
         have = made.members[key]
@@ -325,20 +328,28 @@ def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
             _, files = made.indexes.files(candidate.name)
         except DockerarchError:
             continue
-        ranked = []
-        for file in files:
-            try:
-                version = parse_wheel_filename(file.filename)[1]
-            except (InvalidWheelFilename, InvalidVersion):
-                continue
-            rank = native.tag_rank(file.filename)
-            own = pure and file.filename == have.path.name  # the target's own: nothing compiled
-            if version == candidate.version and rank is not None and not file.yanked and not own:
-                ranked.append((rank, file.filename, file))
-        if ranked:
-            file = min(ranked, key=lambda r: r[:2])[2]
-            _link_or_copy(made.indexes.download(file), context / file.filename)
-            found.append(file.filename)
+        # the x86-64 one for the native code generators; a pure one's speed-ups only for them
+        for machine in machines[:1] if pure else machines:
+            native = python_target(made.request.target, machine=machine)
+            ranked = []
+            for file in files:
+                try:
+                    version = parse_wheel_filename(file.filename)[1]
+                except (InvalidWheelFilename, InvalidVersion):
+                    continue
+                rank = native.tag_rank(file.filename)
+                own = pure and file.filename == have.path.name  # the target's own: nothing compiled
+                if (
+                    version == candidate.version
+                    and rank is not None
+                    and not file.yanked
+                    and not own
+                ):
+                    ranked.append((rank, file.filename, file))
+            if ranked:
+                file = min(ranked, key=lambda r: r[:2])[2]
+                _link_or_copy(made.indexes.download(file), context / file.filename)
+                found.append(file.filename)
     return found
 
 

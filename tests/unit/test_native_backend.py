@@ -188,9 +188,10 @@ def test_a_module_left_with_neither_twin_nor_source_keeps_the_backend_emulated(
     assert BACKEND.twins([str(tmp_path)]) is None
 
 
-def test_a_32_bit_target_keeps_its_backend_emulated() -> None:
+def test_a_32_bit_target_is_refused_by_the_x86_64_interpreter() -> None:
+    # (armv7's backends run in the i386 interpreter, collect-python32, whose sizes are armhf's)
     armv7 = {"maxsize": 2**31 - 1, "byteorder": "little"}
-    assert "64-bit" in BACKEND.refusal(armv7)
+    assert "not 64-bit little-endian as the x86-64 one is" in BACKEND.refusal(armv7)
     big = {"maxsize": sys.maxsize, "byteorder": "big"}
     assert BACKEND.refusal(big) is not None
     assert BACKEND.refusal({"maxsize": sys.maxsize, "byteorder": sys.byteorder}) is None
@@ -263,7 +264,7 @@ def test_only_modules_compiled_from_the_installed_sources_are_taken(tmp_path: Pa
     assert taken == [] and why is not None and "Cython/__init__.py" in why
 
 
-def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:
+def test_hybrid_builds_ask_for_it_armv7_s_in_the_i386_interpreter() -> None:
     recipes, targets = load_recipes(), load_targets()
     base = accel.toolchain_base(targets["debian-aarch64"], targets)
 
@@ -273,13 +274,31 @@ def test_hybrid_aarch64_builds_ask_for_it_and_armv7_builds_do_not() -> None:
                             cross_available=lambda p, s: True).toolchain  # fmt: skip
 
     aarch64, armv7 = toolchain("debian-aarch64"), toolchain("debian-armv7")
-    assert aarch64 is not None and aarch64.native_backend
+    assert aarch64 is not None and aarch64.native_backend and not aarch64.python32
     assert aarch64.template_vars()["python_native"]  # the interpreter is collected for it
-    assert armv7 is not None and not armv7.native_backend
-    # armv7 collects it for Cython, a code generator, not for the backend
+    assert armv7 is not None and armv7.native_backend and armv7.python32
+    # the x86-64 one is still collected, for Cython (a code generator) and byte-compiling
     assert armv7.template_vars()["python_native"] and "bin/cython" in armv7.native_python
-    compilers = toolchain("debian-aarch64", "compilers")
-    assert compilers is not None and not compilers.native_backend
+    compilers = toolchain("debian-armv7", "compilers")
+    assert compilers is not None and not compilers.native_backend and not compilers.python32
+
+
+def test_the_i386_interpreter_is_collected_for_32_bit_targets_only() -> None:
+    from dockerarch.render import for_generate, plan, render
+
+    stages = {}
+    for arch in ("armv7", "aarch64"):
+        (request,) = plan("wheel", arch=arch, target=None, version=None, package="zstandard",
+                          settings={})  # fmt: skip
+        stages[arch] = render(for_generate(request, "hybrid"), paths.template_dirs())
+    assert " AS native-python32-stage\n" in stages["armv7"]
+    assert "python3.11-minimal:i386 libpython3.11-stdlib:i386" in stages["armv7"]
+    assert "COPY --from=native-python32-stage /python32/ " in stages["armv7"]
+    assert "native-python32-stage" not in stages["aarch64"]
+    # the stage is part of what the toolchain image is made from: its key changes with it
+    key = accel.toolchain_key(stages["armv7"], Path("/nonexistent"), "sha256:1")
+    other = stages["armv7"].replace("libpython3.11-stdlib:i386", "libpython3.11-stdlib:i386 x")
+    assert accel.toolchain_key(other, Path("/nonexistent"), "sha256:1") != key
 
 
 def test_the_native_side_passes_over_a_foreign_module_for_its_source(

@@ -674,3 +674,16 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     fresh.mkdir()
     made.indexes = closure.Indexes(wants, tmp_path / "dl2", session=FakeIndex(files, {}))  # type: ignore[arg-type]
     assert wheelset.native_twins(made, sorted(members), fresh) == [x86]
+    # armv7: its backend runs in the i386 interpreter, so cffi gets its i686 wheel too (the
+    # x86-64 one serves the code generators); Cython, pure for the target, only its x86-64 one
+    i686 = "cffi-2.0.0-cp311-cp311-manylinux_2_17_i686.manylinux2014_i686.whl"
+    files["cffi"][i686] = b"i686"
+    files["Cython"][cy86] = b"cy x86-64"
+    files["Cython"]["Cython-3.0.12-cp311-cp311-manylinux_2_17_i686.whl"] = b"cy i686"
+    made.request = plan("wheel", arch="armv7", target=None, version=None, package="x",
+                        settings={})[0]  # fmt: skip
+    made.indexes = closure.Indexes(wants, tmp_path / "dl3", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    armv7 = tmp_path / "armv7"
+    armv7.mkdir()
+    assert wheelset.native_twins(made, sorted(members), armv7) == [cy86, x86, i686]
+    assert (armv7 / i686).read_bytes() == b"i686"

@@ -2,12 +2,14 @@
 
 Imported by the emulated build stage's sitecustomize (use-native-drivers appends the import), so
 by every start of the stage's Python, the native one included (both share the stage's standard
-library). Inert unless $DOCKERARCH_NATIVE_BACKEND is 1 (dockerarch sets it for 64-bit targets).
+library). Inert unless $DOCKERARCH_NATIVE_BACKEND is 1 (dockerarch sets it for the targets of
+accel.BACKEND_ARCHES).
 
 In the emulated interpreter: when the command line is one of uv's PEP 517 hook calls (`python -c
 SCRIPT` in the build environment uv made, SCRIPT importing the backend `as backend`), the same
 command line is executed again in /usr/lib/dockerarch/bin/python-native, the x86-64 interpreter
-of the same version, as the same environment's python (argv[0]: its pyvenv.cfg, its packages).
+of the same version (for a 32-bit target python-native32, the i386 one: collect-python32), as the
+same environment's python (argv[0]: its pyvenv.cfg, its packages).
 What the target's interpreter answers goes along ($DOCKERARCH_BACKEND_TARGET, JSON): machine,
 multiarch, extension suffixes, pointer size and byte order.
 
@@ -17,11 +19,15 @@ machine as it is): os.uname()'s machine, the C library's version (os.confstr) (s
 the wheel's platform tag), sys.implementation._multiarch (so sysconfig and distutils read the
 target's _sysconfigdata: EXT_SUFFIX, SOABI, CC, LDSHARED, flags, include dirs), and
 importlib.machinery.EXTENSION_SUFFIXES. Refused, back to the emulated interpreter with the
-reason in the log, when the target's pointer size or byte order is not the native one (32-bit
-ARM: sys.maxsize would differ).
+reason in the log, when the target's pointer size or byte order is not the native one's. i386
+and armhf agree on both, and on the sizes of C's types; they differ in the alignment of 8-byte
+types inside structures (4 on i386, 8 on ARM's EABI), which only a backend laying out C
+structures itself with ctypes or struct could see (cffi's and Cython's layouts come from the
+target's compiler).
 
 Compiled build requirements (cffi, numpy, Cython: the target's wheels, which the native
-interpreter cannot load) get their x86-64 twins: the same version's x86-64 wheel, fetched where
+interpreter cannot load) get their x86-64 twins (i386 ones for the i386 interpreter: "x86-64"
+below stands for either): the same version's x86-64 wheel, fetched where
 the build takes its wheels, gives only its compiled files (extension modules, the libraries it
 vendors), copied beside the target's in the build environment. The names never clash
 (_cffi_backend.cpython-311-x86_64-linux-gnu.so beside ...-aarch64-linux-gnu.so, vendored
@@ -52,6 +58,7 @@ import os
 import sys
 
 NATIVE = "/usr/lib/dockerarch/bin/python-native"
+NATIVE32 = "/usr/lib/dockerarch/bin/python-native32"  # i386: the backends of 32-bit targets
 TARGET = "DOCKERARCH_BACKEND_TARGET"
 EMULATED = "DOCKERARCH_BACKEND_EMULATED"  # set when the hook went back: never dispatched again
 # The line of uv's script that imports the backend: `import NAME as backend`, or for an object
@@ -59,7 +66,11 @@ EMULATED = "DOCKERARCH_BACKEND_EMULATED"  # set when the hook went back: never d
 # `from NAME import OBJECT as backend`.
 _BACKEND = r"^(?:import ([\w.]+)|from ([\w.]+) import (\w+)) as backend$"
 _QUERY = "from python.get_interpreter_info import main"  # uv's interpreter query script
-_EM_X86_64 = 62
+# The native interpreters' multiarch names and ELF machines (x86-64: 62, i386: 3)
+_NATIVE_MACHINES = {"x86_64-linux-gnu": 62, "i386-linux-gnu": 3}
+_EM_NATIVE = _NATIVE_MACHINES.get(getattr(sys.implementation, "_multiarch", ""), 62)
+_I386 = _EM_NATIVE == 3  # this is the i386 interpreter (a 32-bit target's backend)
+_NATIVE_NAME = "i386" if _I386 else "x86-64"  # in what the log says
 
 
 def hook_backend(argv: list[str], environ: dict[str, str], prefix: str,
@@ -128,7 +139,9 @@ def without_twins(top: str, native_suffix: str) -> list[str]:
     found = []
     for rel in _compiled(top):
         machine = elf_machine(os.path.join(top, rel))
-        if machine is None or machine == _EM_X86_64 or _library(rel):
+        # a twin of either native interpreter is not the target's (armv7: i386 ones for the
+        # backend, x86-64 ones for code generators, in the same environment)
+        if machine is None or machine in _NATIVE_MACHINES.values() or _library(rel):
             continue
         if not os.path.exists(os.path.join(top, _stem(rel) + native_suffix)):
             found.append(rel)
@@ -178,7 +191,7 @@ def twin_files(unpacked: str, top: str) -> list[str]:
     """The x86-64 files of a wheel unpacked at ``unpacked`` (its extension modules and the
     libraries it vendors) that ``top`` does not have, relative to both."""
     return [rel for rel in _compiled(unpacked)
-            if elf_machine(os.path.join(unpacked, rel)) == _EM_X86_64
+            if elf_machine(os.path.join(unpacked, rel)) == _EM_NATIVE
             and not os.path.lexists(os.path.join(top, rel))]  # fmt: skip
 
 
@@ -197,7 +210,7 @@ def compiled_from_source(unpacked: str, top: str) -> tuple[list[str], str | None
             rel = os.path.relpath(os.path.join(root, name), unpacked)
             mine = os.path.join(top, rel)
             if os.path.isfile(mine) and not filecmp.cmp(mine, os.path.join(unpacked, rel), False):
-                return [], f"its x86-64 wheel's {rel} is not the one installed"
+                return [], f"its {_NATIVE_NAME} wheel's {rel} is not the one installed"
     taken = [rel for rel in twin_files(unpacked, top) if _library(rel) or (
         os.path.isfile(os.path.join(top, _stem(rel) + ".py"))
         and os.path.isfile(os.path.join(unpacked, _stem(rel) + ".py")))]  # fmt: skip
@@ -223,18 +236,22 @@ def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | 
         run = subprocess.run(
             [uv, "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
              *shlex.split(os.environ.get("DOCKERARCH_TWIN_ARGS", "")),
-             "--python", NATIVE, "--target", unpacked, f"{name}=={version}"],
+             "--python", NATIVE32 if _I386 else NATIVE, "--target", unpacked,
+             f"{name}=={version}"],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if run.returncode != 0:
             said = [ln.strip() for ln in (run.stderr + run.stdout).splitlines() if ln.strip()]
-            return f"no x86-64 wheel of {name} {version} ({said[-1] if said else run.returncode})"
+            return (
+                f"no {_NATIVE_NAME} wheel of {name} {version} "
+                f"({said[-1] if said else run.returncode})"
+            )
         taken, differs = compiled_from_source(unpacked, top) if pure else (
             twin_files(unpacked, top), None)  # fmt: skip
         if differs is not None:
             return differs
         if pure and not taken:
-            return "its x86-64 wheel has no compiled modules beside their sources"
+            return f"its {_NATIVE_NAME} wheel has no compiled modules beside their sources"
         for rel in taken:  # each whole or not at all: another may import it
             dest = os.path.join(top, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -250,7 +267,8 @@ def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | 
 # target can be pure Python while their x86-64 wheel is compiled (Cython 3.0: no armv7 wheel, so
 # pandas' and scipy's armv7 builds install py2.py3-none-any, and Cython runs 2-3x slower pure).
 SPEEDUPS = ("cython",)
-_MARK = "DOCKERARCH-TWIN"  # in such a distribution's .dist-info: its compiled twins were sought
+# in such a distribution's .dist-info: its compiled twins were sought (by each native interpreter)
+_MARK = "DOCKERARCH-TWIN-i386" if _I386 else "DOCKERARCH-TWIN"
 
 
 def pure_speedups(top: str) -> list[tuple[str, str, str]]:
@@ -305,7 +323,7 @@ def twins(site_dirs: list[str]) -> str | None:
         left = stranded(top, without_twins(top, native_suffix))
         if left and why is None:
             why = fetched or (f"the build environment has a compiled module for the target "
-                              f"without an x86-64 twin ({left[0]})")  # fmt: skip
+                              f"without an {_NATIVE_NAME} twin ({left[0]})")  # fmt: skip
     if site_dirs:
         import importlib
 
@@ -327,7 +345,7 @@ def skip_foreign_modules() -> None:
             spec = super().find_spec(fullname, target)
             origin = getattr(spec, "origin", None)
             if (spec is not None and isinstance(spec.loader, m.ExtensionFileLoader) and origin
-                    and elf_machine(origin) not in (None, _EM_X86_64)):  # fmt: skip
+                    and elf_machine(origin) not in (None, _EM_NATIVE)):  # fmt: skip
                 source = m.FileFinder(self.path, (m.SourceFileLoader, m.SOURCE_SUFFIXES),
                                       (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES))  # fmt: skip
                 return source.find_spec(fullname, target)
@@ -344,7 +362,11 @@ def skip_foreign_modules() -> None:
 def refusal(target: dict[str, object]) -> str | None:
     """Why the native interpreter may not stand in for ``target`` at all, or None."""
     if target.get("maxsize") != sys.maxsize or target.get("byteorder") != sys.byteorder:
-        return "the target's Python is not 64-bit little-endian as the native one is"
+        bits = 64 if sys.maxsize > 2**32 else 32
+        return (
+            f"the target's Python is not {bits}-bit {sys.byteorder}-endian as the "
+            f"{_NATIVE_NAME} one is"
+        )
     return None
 
 
@@ -382,7 +404,8 @@ def _dispatch() -> None:
         backend = hook_backend(argv, dict(os.environ), sys.prefix, sys.base_prefix)
     if backend is None:
         return
-    if not os.access(NATIVE, os.X_OK):
+    native = NATIVE32 if sys.maxsize < 2**32 else NATIVE  # a 32-bit target's: the i386 one
+    if not os.access(native, os.X_OK):
         if kind == "backend":
             _log(f"emulated-backend {backend} the native interpreter is not in this stage")
         return
@@ -396,7 +419,7 @@ def _dispatch() -> None:
         "suffixes": list(importlib.machinery.EXTENSION_SUFFIXES), "maxsize": sys.maxsize,
         "byteorder": sys.byteorder, "emulated": os.path.realpath(sys.executable),
     })  # fmt: skip
-    os.execv(NATIVE, [sys.executable, *argv[1:]])
+    os.execv(native, [sys.executable, *argv[1:]])
 
 
 def _as_target() -> None:
@@ -442,7 +465,7 @@ def _as_target() -> None:
     _log(f"native-{target['kind']} {target['backend']}")
 
 
-if getattr(sys.implementation, "_multiarch", "") == "x86_64-linux-gnu":
+if getattr(sys.implementation, "_multiarch", "") in _NATIVE_MACHINES:
     _as_target()
 else:
     _dispatch()
