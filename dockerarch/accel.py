@@ -584,6 +584,7 @@ class DriverReport:
     emulated_backends: dict[str, str] = dataclasses.field(default_factory=dict)
     queries: dict[str, int] = dataclasses.field(default_factory=dict)  # uv's, answered natively
     twins: dict[str, str] = dataclasses.field(default_factory=dict)  # build requirement: version
+    twins32: dict[str, str] = dataclasses.field(default_factory=dict)  # i686 ones (i386 backend)
     # pure-Python build requirements whose compiled x86-64 modules were not found: why
     pure: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -596,6 +597,7 @@ class DriverReport:
         emulated_backends: dict[str, str] = {}
         queries: dict[str, int] = {}
         twins: dict[str, str] = {}
+        twins32: dict[str, str] = {}
         pure: dict[str, str] = {}
         for line in text.splitlines():
             kind, _, rest = line.partition(" ")
@@ -612,8 +614,9 @@ class DriverReport:
                 queries[package] = queries.get(package, 0) + 1
             elif kind == "emulated-backend" and package:
                 emulated_backends[package] = detail
-            elif kind == "native-twin" and package:  # once per build environment
-                twins[package] = detail.strip()
+            elif kind == "native-twin" and package:  # once per build environment and machine
+                version, _, machine = detail.strip().partition(" ")
+                (twins32 if machine == "i686" else twins)[package] = version
             elif kind == "pure-python" and package:  # a speed-up not found
                 version, _, why = detail.partition(" ")
                 pure[f"{package} {version}"] = why
@@ -623,7 +626,7 @@ class DriverReport:
                 emulated[package] = detail
         return cls(native=native, emulated=emulated, generators=runs, backends=backends,
                    emulated_backends=emulated_backends, queries=queries, twins=twins,
-                   pure=pure)  # fmt: skip
+                   twins32=twins32, pure=pure)  # fmt: skip
 
     def as_dict(self) -> dict[str, dict[str, str] | dict[str, int]]:
         return {"native": dict(self.native), "emulated": dict(self.emulated),
@@ -631,6 +634,7 @@ class DriverReport:
                 "native_backends": dict(self.backends),
                 "emulated_backends": dict(self.emulated_backends),
                 "native_queries": dict(self.queries), "native_twins": dict(self.twins),
+                "native_twins_i686": dict(self.twins32),
                 "pure_python": dict(self.pure)}  # fmt: skip
 
     def lines(self) -> list[str]:
@@ -646,9 +650,10 @@ class DriverReport:
         if self.backends:
             said.append("native PEP 517 backend: " + ", ".join(
                 f"{b} ({n} hook call{'s' if n != 1 else ''})" for b, n in self.backends.items()))  # fmt: skip
-        if self.twins:
-            said.append("x86-64 compiled twins of build requirements: " + ", ".join(
-                f"{p} {v}" for p, v in self.twins.items()))  # fmt: skip
+        for machine, twins in (("x86-64", self.twins), ("i686", self.twins32)):
+            if twins:
+                said.append(f"{machine} compiled twins of build requirements: " + ", ".join(
+                    f"{p} {v}" for p, v in twins.items()))  # fmt: skip
         said += [f"{p} runs natively from its pure-Python modules (slower): {why}"
                  for p, why in self.pure.items()]  # fmt: skip
         said += [f"PEP 517 backend {b} ran emulated: {why}"

@@ -227,6 +227,20 @@ def test_the_report_says_where_each_backend_ran() -> None:
     }
 
 
+def test_an_armv7_build_s_report_names_the_twins_of_its_i386_backend() -> None:
+    report = accel.DriverReport.parse(
+        "native python3.11-minimal 3.11.2-6 python-native\n"
+        "native python3.11-minimal-i386 3.11.2-6 python-native32\n"
+        "native-backend setuptools.build_meta\nnative-twin cffi 2.1.1 i686\n"
+        "native-python bin/cython\nnative-twin Cython 3.0.12\n"
+    )
+    assert report.as_dict()["native_twins_i686"] == {"cffi": "2.1.1"}
+    assert report.as_dict()["native_twins"] == {"Cython": "3.0.12"}  # the code generator's
+    assert report.native["python3.11-minimal-i386"] == "3.11.2-6"
+    assert "i686 compiled twins of build requirements: cffi 2.1.1" in report.lines()
+    assert "x86-64 compiled twins of build requirements: Cython 3.0.12" in report.lines()
+
+
 def test_a_pure_code_generator_is_sought_compiled_once(tmp_path: Path) -> None:
     """Cython installed from its pure wheel (armv7) is a speed-up to seek; a compiled one (its
     modules in RECORD), another pure distribution, or one already sought is not."""

@@ -48,8 +48,9 @@ answered the same way: the native interpreter started as /usr/bin/python3.N, the
 answers in place (the C library's version too), no build environment to look at.
 
 Every decision is one line of $DOCKERARCH_DRIVERS_LOG: "native-backend NAME",
-"emulated-backend NAME WHY", "native-twin DIST VERSION", "pure-python DIST VERSION WHY" (a
-speed-up not taken) or "native-query INTERPRETER".
+"emulated-backend NAME WHY", "native-twin DIST VERSION" (with " i686" after it from the i386
+interpreter), "pure-python DIST VERSION WHY" (a speed-up not taken) or "native-query
+INTERPRETER".
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def _fetch_twin(name: str, version: str, top: str, pure: bool = False) -> str | 
             os.replace(dest + ".dockerarch-part", dest)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)  # made here: nothing mounted under it
-    _log(f"native-twin {name} {version}")
+    _log(f"native-twin {name} {version}" + (" i686" if _I386 else ""))
     return None
 
 
