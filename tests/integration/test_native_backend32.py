@@ -18,7 +18,7 @@ import pytest
 
 from .conftest import dockerarch
 from .shapes import elf_shape
-from .test_native_backend import PACKAGES
+from .test_native_backend import PACKAGES, _wheel
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +48,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
             (out / "progress.txt").write_text(done.stderr)
             results[kind, route] = result
     return results
-
-
-def _wheel(result: Path) -> Path:
-    (wheel,) = result.glob("*.whl")
-    return wheel
 
 
 @pytest.mark.parametrize("kind", KINDS)
