@@ -822,8 +822,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 if member.path is None or not (member.node.runtime or member.node.test):
                     continue
                 _link_or_copy(member.path, state.landing / member.path.name)
-                report = member.report or pkgindex.gate_file(
-                    member.path, made.request.target, fetched=not member.built)  # fmt: skip
+                report = _report(made, member)
                 state.reports.append(report)
                 if member.node.runtime:
                     board.append(report)
