@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dockerarch import engine, hostapt, paths, process, sdcard
 from dockerarch.errors import CommandFailedError, ConfigError, UsageError
-from dockerarch.files import sha256_file
+from dockerarch.files import context_name, sha256_file
 from dockerarch.sdcard import Progress
 from dockerarch.targets import BoardTarget
 
@@ -293,7 +293,7 @@ def import_image(
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sdcard-", dir=STATE_DIR) as tmp:
         work = Path(tmp)
-        context = work / "context"
+        context = work / context_name("context", work)
         context.mkdir()
         with sdcard.raw_image(request.image, work, progress) as raw:
             parts = sdcard.partitions(raw, request.image)

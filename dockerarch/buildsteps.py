@@ -38,6 +38,7 @@ from dockerarch.compilercache import RemoteCache
 from dockerarch.config import FarmServer
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
+from dockerarch.files import context_name
 from dockerarch.render import RenderRequest, render_dockerfile
 
 
@@ -130,7 +131,7 @@ class JobState:
 
     @property
     def context(self) -> Path:
-        return self.work / "context"
+        return self.work / context_name("context", self.work)
 
     @property
     def target(self) -> str:
@@ -452,11 +453,12 @@ def _missing_natively(job: JobState, runtime: BuildSpec) -> list[libneeds.Missin
     if files is None:
         return []
     work = Path(tempfile.mkdtemp(prefix="needs-", dir=job.work))
-    (work / "files").mkdir()
-    (work / "files" / "files.json").write_text(files)
+    listed = work / context_name("files", work)
+    listed.mkdir()
+    (listed / "files.json").write_text(files)
     spec = dataclasses.replace(
         runtime, stage="needs", load_tag=None, output_dir=work / "out",
-        build_contexts={**(runtime.build_contexts or {}), "needs-files": str(work / "files")},
+        build_contexts={**(runtime.build_contexts or {}), "needs-files": str(listed)},
     )  # fmt: skip
     started = time.monotonic()
     stream(job, spec, "shared libraries")
@@ -787,7 +789,7 @@ def _verified_copy(landing: Path, reports: list[artifacts.ArtifactReport], work:
     """A directory holding only the verified artifacts (hard links where the file system allows),
     the runtime stage's named context: the landing directory also holds build.log, which grows
     while the job runs and would change the context's checksum."""
-    verified = work / "verified"
+    verified = work / context_name("verified", work)
     verified.mkdir()
     for report in reports:
         try:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from dockerarch import accel, paths
 from dockerarch.config import FarmServer, parse_farm_server
 from dockerarch.errors import UsageError
+from dockerarch.files import context_name
 from dockerarch.targets import BoardTarget
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def build_server_image(targets: Sequence[BoardTarget], work: Path,
     base = _toolchain_base(targets)
     _ensure_base(base, say)
     image = server_image(targets, base)
-    context = work / "farm-context"
+    context = work / context_name("farm-context", work)
     context.mkdir(parents=True)
     (context / "Dockerfile").write_text(image.dockerfile)
     accel.prepare_context(context)

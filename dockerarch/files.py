@@ -78,6 +78,19 @@ OWNER = "owner.pid"  # in a work directory: the process that made it
 _UNCLAIMED_GRACE = 60.0  # seconds a work directory may exist before its owner writes OWNER
 
 
+def context_name(name: str, owner: Path) -> str:
+    """The name of a build context directory dockerarch writes for one build (``owner``: that
+    build's own temporary directory), unique to it. buildx sends a local context incrementally:
+    into what it kept of the last context with the same directory name, sending only the files
+    whose path, size or mtime differ (docker/buildx#3232). dockerarch's contexts hold files of the
+    same names, sizes and mtimes from build to build (an sdist's fixed mtimes, wheels stamped with
+    SOURCE_DATE_EPOCH: two versions' pyproject.toml of equal length), so a fixed name ("context")
+    let a build compile another build's file. A name of its own makes each transfer whole."""
+    import hashlib
+
+    return f"{name}-{hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]}"
+
+
 def make_work_dir(parent: Path, name: str) -> Path:
     """A temporary directory ``.NAME.XXXXXXXX.tmp`` in ``parent``, claimed by this process (see
     ``abandoned_work_dirs``)."""

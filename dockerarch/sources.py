@@ -21,7 +21,7 @@ from typing import Any
 
 from dockerarch import process
 from dockerarch.errors import UsageError
-from dockerarch.files import sha256_file
+from dockerarch.files import context_name, sha256_file
 from dockerarch.recipes import Recipe
 
 ARCHIVES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar", ".zip")
@@ -133,7 +133,7 @@ def context_dir(source: LocalSource, work: Path) -> Path:
     """The directory to hand BuildKit as the named context ``source``."""
     if not source.archive:
         return source.path
-    dest = work / "source"
+    dest = work / context_name("source", work)  # a context of its own name (files.context_name)
     dest.mkdir()
     if source.path.name.endswith(".zip"):
         with zipfile.ZipFile(source.path) as archive:

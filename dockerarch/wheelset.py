@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import tarfile
+import tempfile
 import threading
 import time
 import zipfile
@@ -52,7 +53,7 @@ from dockerarch.build import Feed, JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
 from dockerarch.closure import Indexes, ResolutionError, Resolved
 from dockerarch.errors import DockerarchError, UsageError
-from dockerarch.files import make_work_dir, replace_dir, sha256_file
+from dockerarch.files import context_name, make_work_dir, replace_dir, sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
 from dockerarch.recipes import local_package
@@ -247,9 +248,10 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     sdist = made.indexes.download(candidate.file)
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
     member.fixed = sdistfix.apply(candidate.name, str(candidate.version), tree)
-    context = work / made.target / "sets" / key.replace("==", "-")
-    shutil.rmtree(context, ignore_errors=True)  # a member built again (its build asked for more)
-    context.mkdir(parents=True)
+    sets = work / made.target / "sets"
+    sets.mkdir(parents=True, exist_ok=True)
+    # a member built again (its build asked for more) gets a new one: each its own name
+    context = Path(tempfile.mkdtemp(prefix=key.replace("==", "-") + "-", dir=sets))
     wanted = set(member.node.build_env.values()) | runtime_closure(made, key)
     pins = []
     for other in sorted(wanted):
@@ -434,7 +436,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
     parent = out / made.target / SETS
     parent.mkdir(parents=True, exist_ok=True)
     work = make_work_dir(parent, name)
-    landing = work / "set"
+    landing = work / context_name("set", work)  # the check's `wheelset` context: its own name
     landing.mkdir()
     entries = []
     needs: set[str] = set()
