@@ -1,56 +1,54 @@
-"""Two builds one after the other whose sources hold files of the same paths, sizes and mtimes
-but different bytes (two sdists' pyproject.toml differing in one letter of the name, stamped
-with the same time, as reproducible sdists are) each build their own files. buildx sends a local
-context incrementally into what it kept of the last context with the same directory name,
-skipping files whose path, size and mtime match (docker/buildx#3232): with dockerarch's fixed
-context names the second build compiled the first one's pyproject.toml (a wheel named after the
-other package, found by test_wheelset run alone after the suite)."""
+"""A build never compiles the previous build's files. buildx sends a local context incrementally,
+into what it kept of the last context of the same directory name, skipping files whose path, size
+and mtime match (docker/buildx#3232). Sdists stamp their files with fixed times and dockerarch
+named every job's context `context`: two sdists whose pyproject.toml differ only in one letter of
+the name (the test index's d and a) gave a's build d's pyproject.toml, and a wheel named
+dockerarch_settest_d holding a's code (found running test_wheelset alone after the suite; by hand:
+`build wheel -r` of d, then of a, --no-cache, armv7). Each context dockerarch writes now has a
+name of its own (files.context_name)."""
 
 from __future__ import annotations
 
-import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dockerarch.closure import default_index
+
 from .conftest import dockerarch
+from .settest_index import A, D, serve, write_index
 
 pytestmark = pytest.mark.integration
 
-STAMP = 1_700_000_000  # both trees' every file
 
-
-def package(root: Path, letter: str) -> Path:
-    src = root / f"ctx{letter}"
-    files = {
-        "pyproject.toml": (
-            '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-            f'[project]\nname = "dockerarch-ctxname-{letter}"\nversion = "1.0"\n'
-        ),
-        "setup.py": "from setuptools import setup\nsetup(packages=['ctx_pkg'])\n",
-        "ctx_pkg/__init__.py": f"WHICH = '{letter}'\n",
-    }
-    (src / "ctx_pkg").mkdir(parents=True)
-    for name, text in files.items():
-        (src / name).write_text(text)
-        os.utime(src / name, (STAMP, STAMP))
-    return src
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("ctxindex")
+    write_index(root)
+    with serve(root) as url:
+        yield url
 
 
 def test_a_build_never_takes_the_last_build_s_files_of_equal_size_and_time(
-    tmp_path: Path,
+    index: str, tmp_path: Path
 ) -> None:
-    built = {}
-    for letter in ("a", "b"):
-        src = package(tmp_path, letter)
-        out = tmp_path / f"out-{letter}"
-        done = dockerarch("build", "wheel", "--package", str(src), "--arch", "amd64",
-                          "--out", str(out), timeout=1200)  # fmt: skip
+    # --no-cache: the compile steps run (nothing comes from BuildKit's cache), from the context
+    # as it was sent
+    wheels = {}
+    for name in (D, A):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "requirements.txt").write_text(f"{name}\n")
+        done = dockerarch("build", "wheel", "-r", str(out / "requirements.txt"), "--index-url",
+                          index, "--extra-index-url", default_index(), "--arch", "armv7",
+                          "--out", str(out), "--no-cache", timeout=1800)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        (wheel,) = out.glob("debian-amd64/*/*.whl")
-        built[letter] = wheel
-    for letter, wheel in built.items():
-        assert wheel.name.startswith(f"dockerarch_ctxname_{letter}-1.0-"), wheel.name
-        with zipfile.ZipFile(wheel) as archive:
-            assert archive.read("ctx_pkg/__init__.py").decode() == f"WHICH = '{letter}'\n"
+        result = name.replace("-", "_") + "-1.0"
+        (wheels[name],) = (out / "debian-armv7" / result).glob("*.whl")
+    assert wheels[D].name == "dockerarch_settest_d-1.0-py3-none-any.whl"
+    assert wheels[A].name == "dockerarch_settest_a-1.0-cp311-cp311-linux_armv7l.whl"
+    with zipfile.ZipFile(wheels[A]) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "Name: dockerarch-settest-a\n" in archive.read(metadata).decode()
