@@ -61,3 +61,14 @@ def test_an_output_directory_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dist").write_text("not a directory")
     with pytest.raises(OutputError, match="is a file, not a directory"):
         ensure_writable_dir(tmp_path / "dist" / "armv7", "--out")
+
+
+def test_every_build_s_context_has_a_name_of_its_own(tmp_path: Path) -> None:
+    # buildx keeps a copy of the last context sent under each directory name and skips files of
+    # the same path, size and mtime: dockerarch's contexts must never share a name
+    from dockerarch.files import context_name, make_work_dir
+
+    first, second = make_work_dir(tmp_path, "pkg-1.0"), make_work_dir(tmp_path, "pkg-1.0")
+    names = {context_name("context", first), context_name("context", second)}
+    assert len(names) == 2 and all(n.startswith("context-") for n in names)
+    assert context_name("context", first) == context_name("context", first)  # one job: one name
