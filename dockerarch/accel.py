@@ -474,12 +474,47 @@ def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
     if f" AS {NATIVE_PYTHON32_STAGE}\n" in dockerfile:
         text = stage_text(dockerfile, NATIVE_PYTHON32_STAGE)
         digest.update(f"stage {NATIVE_PYTHON32_STAGE}\n{text}\n".encode())
-    root = context / CONTEXT_DIR
-    for path in sorted(p for p in (root / f for f in TOOLCHAIN_FILES) if p.is_file()):
+    _hash_files(digest, context / CONTEXT_DIR, TOOLCHAIN_FILES)
+    return digest.hexdigest()
+
+
+def _hash_files(digest: hashlib._Hash, root: Path, names: Iterable[str]) -> None:
+    """Each of the files ``names`` under ``root`` that is there: name, executable bits, bytes."""
+    for path in sorted(p for p in (root / n for n in names) if p.is_file()):
         digest.update(
             f"file {path.relative_to(root).as_posix()} {path.stat().st_mode & 0o111:o}\n".encode()
         )
         digest.update(hashlib.sha256(path.read_bytes()).digest())
+
+
+# The stage every build's runtime-base is made from (the target's base plus its runtime
+# packages) and the build argument that names the machine's image of it in its place
+# (buildsteps.runtime_base_image).
+RUNTIME_BASE_STAGE = "runtime-base-stage"
+RUNTIME_BASE_ARG = "DOCKERARCH_RUNTIME_BASE"
+# The stages RUNTIME_BASE_STAGE reads in a hybrid build: the base it is FROM, the package lists
+# the native apt installs from, the x86-64 Python of its byte-compiling (an image named by a
+# build argument, itself keyed).
+RUNTIME_BASE_READS = ("target-base", "package-lists", "native-python")
+# The toolchain scripts those stages run: the lists' fetch, the native apt and its native
+# byte-compiling (a change to any other script makes no new runtime base).
+RUNTIME_BASE_FILES = ("update-lists", "apt-install", "with-native-python", "native-python")
+
+
+def runtime_base_key(dockerfile: str, context: Path, base_id: str, args: dict[str, str]) -> str:
+    """The sha256 of everything RUNTIME_BASE_STAGE is made from: its lines (the packages), the
+    lines of the stages it reads, the build arguments those name, the toolchain scripts they
+    run (RUNTIME_BASE_FILES), and the target base's image id. The same key is the same image:
+    every recipe whose artifacts need the same packages on the same base shares it."""
+    own = stage_text(dockerfile, RUNTIME_BASE_STAGE)
+    digest = hashlib.sha256(f"base {base_id}\nstage {RUNTIME_BASE_STAGE}\n{own}\n".encode())
+    for name in RUNTIME_BASE_READS:
+        if f" AS {name}\n" in dockerfile:
+            digest.update(f"stage {name}\n{stage_text(dockerfile, name)}\n".encode())
+    for name, value in sorted(args.items()):
+        digest.update(f"arg {name}={value}\n".encode())
+    if "--mount=type=bind,source=" in own:  # a hybrid build's apt step: the scripts it runs
+        _hash_files(digest, context / CONTEXT_DIR, RUNTIME_BASE_FILES)
     return digest.hexdigest()
 
 

@@ -107,6 +107,7 @@ class JobState:
     base_id: str | None = None
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
     toolchain_image: str | None = None  # the image that gives this build its native stages
+    runtime_base_image: str | None = None  # the image its build and runtime stages start from
     cache_ref: str | None = None
     toolchain_log: Path | None = None
     drivers: accel.DriverReport | None = None
@@ -203,7 +204,7 @@ def prepare_context(job: JobState) -> None:
             out.write(remote.storage() + "\n")
 
 
-_TOOLCHAIN_LOCKS: dict[str, threading.Lock] = {}  # one build of each toolchain image at a time
+_IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image at a time
 
 
 def toolchain_image(job: JobState) -> None:
@@ -218,7 +219,7 @@ def toolchain_image(job: JobState) -> None:
     dockerfile = (job.context / "Dockerfile").read_text()
     key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
-    with _TOOLCHAIN_LOCKS.setdefault(tag, threading.Lock()):
+    with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
             spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
                              stage=accel.NATIVE_STAGES[-1], load_tag=tag,
@@ -230,6 +231,38 @@ def toolchain_image(job: JobState) -> None:
                     "builds that need the same toolchain start from it")  # fmt: skip
     job.toolchain_image = tag
     job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
+
+
+def runtime_base_image(job: JobState) -> None:
+    """What the build and the runtime image start from, the target's base plus the packages the
+    artifacts need at run time (python3 and pip for a wheel, a recipe's runtime_apt), comes from
+    an image of this machine's tagged with the sha256 of what it is made from
+    (accel.runtime_base_key): made by the first build that needs it, then given to every build
+    of the same packages on the same base, cold ones included. Under QEMU its dpkg and maintainer
+    scripts are most of a small build's runtime image (12.5 s of Brotli's for armv7). A new base
+    (re-bootstrapped), package list or apt script is a new image; a stage with nothing to install
+    and a build on a remote node build it in place."""
+    request = job.request
+    if job.route.context is not None or job.base_id is None:
+        return
+    dockerfile = (job.context / "Dockerfile").read_text()
+    if "\nRUN " not in accel.stage_text(dockerfile, accel.RUNTIME_BASE_STAGE):
+        return
+    args = {k: v for k, v in job.build_args.items() if k in accel.NATIVE_STAGE_ARGS}
+    key = accel.runtime_base_key(dockerfile, job.context, job.base_id, args)
+    tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
+    with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
+        if job.engine.image_labels(tag) is None:
+            spec = BuildSpec(context_dir=job.context, platform=request.target.platform,
+                             stage=accel.RUNTIME_BASE_STAGE, load_tag=tag,
+                             secrets=job.options.secrets, cache=job.options.cache,
+                             build_contexts=job.contexts)  # fmt: skip
+            began = time.monotonic()
+            stream(job, spec, "runtime base image (once per machine)")
+            job.say(f"runtime base image {tag} made in {time.monotonic() - began:.0f} s: "
+                    "builds that need the same packages on this base start from it")  # fmt: skip
+    job.runtime_base_image = tag
+    job.build_args[accel.RUNTIME_BASE_ARG] = tag
 
 
 def use_farm(job: JobState) -> None:
@@ -555,6 +588,7 @@ def write_manifest(job: JobState) -> None:
         "source": request.source.record() if request.source else None,
         "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
         "toolchain_image": job.toolchain_image,
+        "runtime_base_image": job.runtime_base_image,
         "options": job.built_options or request.built_options,
         "target": job.target,
         "platform": request.target.platform,
@@ -586,6 +620,7 @@ STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("ensure base", ensure_base),
     ("prepare context", prepare_context),
     ("toolchain image", toolchain_image),
+    ("runtime base image", runtime_base_image),
     ("farm", use_farm),
     ("build artifacts", build_artifacts),
     ("verify", verify),

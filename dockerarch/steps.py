@@ -78,7 +78,7 @@ def _describe(stage: str, command: str, subject: str) -> str:
     apt = _APT.search(body)
     if apt:
         count = len(apt.group("packages").split())
-        where = "runtime packages: " if stage in ("runtime", "runtime-base") else ""
+        where = "runtime packages: " if stage.startswith("runtime") else ""
         return f"{where}apt: {count} package{'s' if count != 1 else ''}"
     lists = _LISTS.search(body)
     if lists:

@@ -817,6 +817,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 buildsteps.ensure_base,
                 buildsteps.prepare_context,
                 buildsteps.toolchain_image,
+                buildsteps.runtime_base_image,
             ):
                 step(state)
             board: list[ArtifactReport] = []

@@ -37,6 +37,26 @@ def manifest(result: Path) -> dict[str, object]:
     return json.loads((result / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
+def _images(reference: str) -> list[str]:
+    """The repository:tag of the engine's images matching ``reference``."""
+    listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                             "--filter", f"reference={reference}"],
+                            check=True, capture_output=True, text=True)  # fmt: skip
+    return listed.stdout.split()
+
+
+def _apt_step_lines(log: str) -> list[list[str]]:
+    """Each apt-install step's output lines, in order, from buildx's plain progress of one or
+    more invocations (step numbers start again in each)."""
+    found: list[list[str]] = []
+    for invocation in re.split(r"^### buildx: stage .*$", log, flags=re.M):
+        steps = re.findall(r"^#(\d+) \[[\w-]+ \d+/\d+\] RUN .*apt-install", invocation, re.M)
+        for number in dict.fromkeys(steps):
+            found.append([line for line in invocation.splitlines()
+                          if line.split(" ", 1)[0] == f"#{number}"])  # fmt: skip
+    return found
+
+
 @pytest.fixture(scope="module")
 def demo(
     demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
@@ -489,7 +509,11 @@ def test_a_node_that_does_not_answer_fails_unless_fallback(
 def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> None:
     """--no-cache: every step runs and every cache mount starts empty, so the package lists are
     fetched by the x86-64 apt of the package-lists stage, and each emulated apt step installs
-    with the x86-64 apt while the stage's own dpkg unpacks and configures."""
+    with the x86-64 apt while the stage's own dpkg unpacks and configures. The runtime base
+    (python3 and pip on the base) is made once, by the first build that needs it; the next cold
+    build starts from it."""
+    for made in _images("dockerarch/runtime-base:debian-armv7-*"):  # this test makes its own
+        subprocess.run(["docker", "image", "rm", "--force", made], check=True, capture_output=True)
     done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-cache",
                       "--out", str(tmp_path), timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -502,11 +526,27 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     assert "apt-install: updating the package lists under QEMU" not in log
     # Without debconf's pre-install hook (an emulated perl run per apt call), which says on each
     # run of a base with no apt-utils that it delays the configuration (the amd64 steps say it).
-    first = log.split("### buildx: stage runtime for", 1)[0]  # the invocation that ran them
-    steps = set(re.findall(r"^#(\d+) \[[\w-]+ \d+/\d+\] RUN .*apt-install", first, re.M))
-    output = [line for line in first.splitlines() if line.split(" ", 1)[0][1:] in steps]
-    assert len(steps) == 2 and any("Setting up python3 " in line for line in output), steps
-    assert not any("debconf: delaying package configuration" in line for line in output), output
+    output = _apt_step_lines(log.split("### buildx: stage runtime for", 1)[0])
+    assert len(output) == 2 and any("Setting up python3 " in line for line in output[0]), output
+    assert not any("debconf: delaying package configuration" in line
+                   for lines in output for line in lines), output  # fmt: skip
+    # runtime-base was made in its own invocation, as an image of the machine's, named in
+    # manifest.json and said; the build and runtime stages are FROM it
+    data = manifest(result)
+    runtime_base = str(data["runtime_base_image"])
+    assert runtime_base.startswith("dockerarch/runtime-base:debian-armv7-"), data
+    assert f"runtime base image {runtime_base} made in" in done.stderr + done.stdout
+    assert re.search(r"^### buildx: stage runtime-base-stage for linux/arm/v7$", log, re.M)
+    assert _images("dockerarch/runtime-base:debian-armv7-*") == [runtime_base]
+    # The next cold build of the same packages on the same base installs them no more.
+    again = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-cache",
+                       "--no-smoke", "--out", str(tmp_path / "again"), timeout=3600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = tmp_path / "again" / "debian-armv7" / "dockerarch_tinyext-1.0.0"
+    relog = (second / "build.log").read_text()
+    assert manifest(second)["runtime_base_image"] == runtime_base
+    assert "runtime-base-stage" not in relog and relog.count(native) == 1, relog[-3000:]
+    assert re.search(r"\[runtime-base 1/1\] FROM docker\.io/dockerarch/runtime-base:", relog)
     # The native stages came from the machine's toolchain image, even with --no-cache: no step of
     # theirs ran, and the image the manifest names is there.
     data = manifest(result)

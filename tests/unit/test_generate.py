@@ -54,10 +54,14 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
     board = TARGETS[target]
     stages = _stages(text)
     names = [name for _, name in stages]
-    assert names[:2] == ["runtime-base", "build"] and names[-2:] == ["artifacts", "runtime"]
+    assert names[:3] == ["runtime-base-stage", "runtime-base", "build"]
+    assert names[-2:] == ["artifacts", "runtime"]
     assert ("scratch", "artifacts") in stages
-    # The runtime packages are installed once: both the build and the runtime start from them.
-    assert {n: i for i, n in stages}["runtime-base"] == board.base_image
+    # The runtime packages are installed once: both the build and the runtime start from them,
+    # the machine's image of them when dockerarch build names one, else the stage.
+    assert {n: i for i, n in stages}["runtime-base-stage"] == board.base_image
+    assert {n: i for i, n in stages}["runtime-base"] == "${DOCKERARCH_RUNTIME_BASE}"
+    assert "\nARG DOCKERARCH_RUNTIME_BASE=runtime-base-stage\n" in text.split("\nFROM ")[0]
     assert {n: i for i, n in stages}["build"] == "runtime-base"
     assert {n: i for i, n in stages}["runtime"] == "runtime-base"
     assert board.cpu_flags in text
@@ -71,7 +75,7 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
 def test_the_build_hosts_own_arch_renders_a_native_build(recipe: str, target: str) -> None:
     text = _render(recipe, target)  # hybrid asked for: nothing to graft, it is this machine's
     assert "toolchain" not in text and "ccache" not in text and "--platform=" not in text
-    assert f"FROM {TARGETS[target].base_image} AS runtime-base" in text
+    assert f"FROM {TARGETS[target].base_image} AS runtime-base-stage\n" in text
 
 
 def test_every_recipe_but_qpulib_builds_for_amd64() -> None:
@@ -313,8 +317,8 @@ def test_options_and_versions_change_the_output() -> None:
     noblas = _render("numpy", "debian-aarch64", settings={"BLAS": "none"})
     assert "-Dallow-noblas=true" in noblas and "libopenblas-dev" not in noblas
     # the runtime image (and so the smoke test) has the library an OpenBLAS numpy links
-    runtime_base = _render("numpy", "debian-aarch64").split(" AS runtime-base\n")[1]
-    assert "libopenblas0" in runtime_base.split(" AS build\n")[0]
+    runtime_base = _render("numpy", "debian-aarch64").split(" AS runtime-base-stage\n")[1]
+    assert "libopenblas0" in runtime_base.split(" AS runtime-base\n")[0]
     assert "libopenblas0" not in noblas
 
 
@@ -401,7 +405,7 @@ def test_torch_26_carries_its_patches_whatever_the_source() -> None:
 
 def _runtime_packages(text: str) -> set[str]:
     """The packages the runtime-base stage (the runtime image's and the build's base) installs."""
-    stage = text.split(" AS runtime-base\n", 1)[1].split(" AS build\n", 1)[0]
+    stage = text.split(" AS runtime-base-stage\n", 1)[1].split(" AS runtime-base\n", 1)[0]
     return set(re.findall(r"^ {8}([a-z0-9][a-z0-9.+-]+) \\?$", stage, re.MULTILINE))
 
 

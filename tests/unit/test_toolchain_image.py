@@ -1,4 +1,5 @@
-"""A hybrid build's native stages from a machine-wide toolchain image (buildsteps.toolchain_image):
+"""A hybrid build's native stages from a machine-wide toolchain image (buildsteps.toolchain_image),
+and every build's runtime-base from a machine-wide image (buildsteps.runtime_base_image):
 keyed by what they are made from, built once, given to the build in their place, and used by the
 farm's probe; against a stand-in engine."""
 
@@ -166,3 +167,66 @@ def test_the_key_s_files_are_what_the_native_stages_read() -> None:
 def test_a_dockerfile_without_the_stages_has_no_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no stage toolchain-stage"):
         key(tmp_path, DOCKERFILE.replace("AS toolchain-stage", "AS tools"))
+
+
+def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_builds(
+    tmp_path: Path,
+) -> None:
+    """runtime-base (the base plus the artifacts' run-time packages: python3 and pip under QEMU
+    were most of a small build's runtime image) is an image of the machine's, like the toolchain:
+    made by the first build, taken by the next ones, --no-cache included, keyed by what it is
+    made from."""
+    engine = FakeEngine()
+    state, said = job(tmp_path, engine, recipe="numpy")
+    state.base_id = BASE
+    buildsteps.toolchain_image(state)
+    buildsteps.runtime_base_image(state)
+    toolchain, spec = engine.built
+    assert (spec.stage, spec.platform, spec.cache) == ("runtime-base-stage", "linux/arm/v7", False)
+    tag = spec.load_tag
+    assert tag is not None and tag.startswith("dockerarch/runtime-base:debian-armv7-")
+    assert state.runtime_base_image == tag and state.build_args["DOCKERARCH_RUNTIME_BASE"] == tag
+    # made after the toolchain image, whose Python it byte-compiles with: its tag is in the key
+    assert spec.build_args is not None
+    assert spec.build_args["DOCKERARCH_NATIVE_PYTHON"] == toolchain.load_tag
+    assert any(tag in line and "made in" in line for line in said), said
+
+    again, _ = job(tmp_path, engine, recipe="numpy")
+    again.base_id = BASE
+    buildsteps.toolchain_image(again)
+    buildsteps.runtime_base_image(again)
+    assert len(engine.built) == 2 and again.runtime_base_image == tag
+
+    # opencv's artifacts need python3-numpy where numpy's need libopenblas0: another image
+    other, _ = job(tmp_path, engine, recipe="opencv")
+    other.base_id = BASE
+    buildsteps.toolchain_image(other)
+    buildsteps.runtime_base_image(other)
+    assert other.runtime_base_image not in (None, tag)
+    assert sum(s.stage == "runtime-base-stage" for s in engine.built) == 2
+    # a re-bootstrapped base: another image of the same packages
+    rebased, _ = job(tmp_path, engine, recipe="numpy")
+    rebased.base_id = "sha256:" + "3" * 64
+    buildsteps.toolchain_image(rebased)
+    buildsteps.runtime_base_image(rebased)
+    assert rebased.runtime_base_image not in (None, tag, other.runtime_base_image)
+    # a changed apt script (the stage runs it): another image
+    script = rebased.context / accel.CONTEXT_DIR / "apt-install"
+    script.write_text(script.read_text() + "\n# changed\n")
+    changed = rebased.runtime_base_image
+    buildsteps.runtime_base_image(rebased)
+    assert rebased.runtime_base_image not in (None, changed)
+
+
+def test_a_runtime_base_with_nothing_to_install_or_on_a_node_is_built_in_place(
+    tmp_path: Path,
+) -> None:
+    engine = FakeEngine()
+    for recipe, node in (("qpulib", False), ("numpy", True)):
+        state, _ = job(tmp_path, engine, recipe=recipe, node=node)
+        state.base_id = BASE
+        buildsteps.runtime_base_image(state)
+        assert (
+            state.runtime_base_image is None and "DOCKERARCH_RUNTIME_BASE" not in state.build_args
+        )
+    assert engine.built == []
