@@ -61,8 +61,8 @@ def build(
         typer.Option(
             "--no-cache",
             help="Cold build: no cached step, and the target's package caches (apt, pip, uv, "
-            "ccache) start empty, for later builds too. The machine's bases and toolchain "
-            "images stay (docs/build.md).",
+            "ccache) start empty, for later builds too. The machine's bases, toolchain "
+            "images and runtime bases stay (docs/build.md).",
         ),
     ] = False,
     smoke: Annotated[
