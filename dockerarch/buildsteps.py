@@ -38,7 +38,7 @@ from dockerarch.compilercache import RemoteCache
 from dockerarch.config import FarmServer
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
-from dockerarch.files import context_name
+from dockerarch.files import context_name, linked_view
 from dockerarch.render import RenderRequest, render_dockerfile
 
 
@@ -186,8 +186,13 @@ def source_date_epoch(base_labels: dict[str, str]) -> int | None:
 
 def prepare_context(job: JobState) -> None:
     """The build context (the recipe's directory, the rendered Dockerfile, the hybrid
-    toolchain's helpers) and the named context of a --source."""
+    toolchain's helpers), the named context of a --source, and the named contexts taken from
+    other results (``uses``) as views of this build's own (files.linked_view)."""
     job.built_options = write_context(job.request, job.context)
+    for name in job.request.recipe.uses:  # other results' directories (torch's for torchvision)
+        if name in job.contexts:
+            view = linked_view(Path(job.contexts[name]), job.work / context_name(name, job.work))
+            job.contexts[name] = str(view)
     source = job.request.source
     if source is not None:
         from dockerarch.sources import context_dir

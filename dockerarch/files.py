@@ -91,6 +91,41 @@ def context_name(name: str, owner: Path) -> str:
     return f"{name}-{hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]}"
 
 
+def link_or_copy(source: Path, destination: Path) -> None:
+    """``destination`` becomes ``source``'s file: a hard link where both are on one filesystem,
+    else a copy; made beside it and renamed into place."""
+    partial = destination.with_name(f".{destination.name}.{os.getpid()}.part")
+    partial.unlink(missing_ok=True)
+    try:
+        os.link(source, partial)
+    except OSError:
+        shutil.copy2(source, partial)
+    os.replace(partial, destination)
+
+
+def linked_view(source: Path, destination: Path) -> Path:
+    """``source``'s tree at ``destination`` (a new directory): its files hard-linked (copied
+    across filesystems), its symbolic links as they are. A build context made of another result's
+    directory goes to buildx through such a view named by context_name: the result keeps its own
+    name from build to build, and buildx would send a rebuilt file of the same size and mtime
+    into it as unchanged."""
+    destination.mkdir()
+    for root, dirs, names in os.walk(source):
+        here = destination / Path(root).relative_to(source)
+        for name in dirs:
+            if (Path(root) / name).is_symlink():
+                os.symlink(os.readlink(Path(root) / name), here / name)
+            else:
+                (here / name).mkdir()
+        for name in names:
+            path = Path(root) / name
+            if path.is_symlink():
+                os.symlink(os.readlink(path), here / name)
+            else:
+                link_or_copy(path, here / name)
+    return destination
+
+
 def make_work_dir(parent: Path, name: str) -> Path:
     """A temporary directory ``.NAME.XXXXXXXX.tmp`` in ``parent``, claimed by this process (see
     ``abandoned_work_dirs``)."""

@@ -53,7 +53,7 @@ from dockerarch.build import Feed, JobResult, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
 from dockerarch.closure import Indexes, ResolutionError, Resolved
 from dockerarch.errors import DockerarchError, UsageError
-from dockerarch.files import context_name, make_work_dir, replace_dir, sha256_file
+from dockerarch.files import context_name, link_or_copy, make_work_dir, replace_dir, sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
 from dockerarch.recipes import local_package
@@ -186,7 +186,7 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
         downloaded = indexes.download(file, allowed)
         path = pool / file.filename
         if not path.is_file() or sha256_file(path) != file.sha256:
-            _link_or_copy(downloaded, path)
+            link_or_copy(downloaded, path)
         try:
             member.report = pkgindex.gate_file(path, made.request.target, fetched=True)
         except VerificationError as exc:
@@ -200,16 +200,6 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
     count = sum(1 for m in made.members.values() if not m.built)
     if count:
         say(f"set: {count} wheels fetched and checked for {made.target}")
-
-
-def _link_or_copy(source: Path, destination: Path) -> None:
-    partial = destination.with_name(f".{destination.name}.{os.getpid()}.part")
-    partial.unlink(missing_ok=True)
-    try:
-        os.link(source, partial)
-    except OSError:
-        shutil.copy2(source, partial)
-    os.replace(partial, destination)
 
 
 # --- 3. build ----------------------------------------------------------------------------------
@@ -262,7 +252,7 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
                 "was not built",
                 fix=f"Fix {other}'s build first (its error above); the rest of the set is kept.",
             )
-        _link_or_copy(have.path, context / have.path.name)
+        link_or_copy(have.path, context / have.path.name)
         if other in member.node.build_env.values():
             pins.append(other)
     (context / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
@@ -350,7 +340,7 @@ def native_twins(made: TargetSet, pins: list[str], context: Path) -> list[str]:
                     ranked.append((rank, file.filename, file))
             if ranked:
                 file = min(ranked, key=lambda r: r[:2])[2]
-                _link_or_copy(made.indexes.download(file), context / file.filename)
+                link_or_copy(made.indexes.download(file), context / file.filename)
                 found.append(file.filename)
     return found
 
@@ -444,7 +434,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         candidate = member.node.candidate
         assert member.path is not None
         if member.node.runtime:
-            _link_or_copy(member.path, landing / member.path.name)
+            link_or_copy(member.path, landing / member.path.name)
         record = member.record or {}
         needs.update(str(p) for p in record.get("needs_apt") or [])  # type: ignore[attr-defined]
         entries.append({
@@ -824,7 +814,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
             for member in made.members.values():
                 if member.path is None or not (member.node.runtime or member.node.test):
                     continue
-                _link_or_copy(member.path, state.landing / member.path.name)
+                link_or_copy(member.path, state.landing / member.path.name)
                 report = _report(made, member)
                 state.reports.append(report)
                 if member.node.runtime:

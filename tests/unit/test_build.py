@@ -278,3 +278,34 @@ def test_an_exception_in_a_feed_ends_the_run_after_the_other_feeds(
     with pytest.raises(UsageError, match="a feed failed"):
         build.run_queues([broken, fine], None, None)  # type: ignore[list-item, arg-type]
     assert done == ["aarch64 zstandard"]
+
+
+def test_a_context_from_another_result_goes_to_buildx_as_a_view_of_the_builds_own(
+    tmp_path: Path,
+) -> None:
+    """buildx sends a context into what it kept of the last one of the same directory name and
+    skips files of the same size and mtime: torch's result directory, rebuilt, would keep its
+    name. The build hands buildx a hard-linked view named for this build instead."""
+    import io
+
+    from dockerarch import accel, builders, buildsteps
+    from dockerarch.files import context_name
+
+    torch = tmp_path / "dist" / "debian-aarch64" / "torch-2.3.1"
+    torch.mkdir(parents=True)
+    wheel = torch / "torch-2.3.1-cp311-cp311-linux_aarch64.whl"
+    wheel.write_bytes(b"PK")
+    work = tmp_path / "work"
+    work.mkdir()
+    route = builders.Route(builder=builders.LOCAL, context=None, endpoint="unix:///x", accel="qemu")
+    state = buildsteps.JobState(
+        request=_torchvision("0.18.1"), route=route, decision=accel.Decision(accel="none"),
+        options=build.BuildOptions(out=tmp_path / "dist"), engine=None,  # type: ignore[arg-type]
+        work=work, log=io.StringIO(), say=lambda _s: None, step=lambda _s: None,
+        count=lambda *_a: None, contexts={"torch-wheels": str(torch)},
+    )  # fmt: skip
+    buildsteps.prepare_context(state)
+    view = Path(state.contexts["torch-wheels"])
+    assert view == work / context_name("torch-wheels", work) and view.name != torch.name
+    assert (view / wheel.name).stat().st_ino == wheel.stat().st_ino  # linked, not copied
+    assert sorted(p.name for p in view.iterdir()) == [wheel.name]

@@ -72,3 +72,22 @@ def test_every_build_s_context_has_a_name_of_its_own(tmp_path: Path) -> None:
     names = {context_name("context", first), context_name("context", second)}
     assert len(names) == 2 and all(n.startswith("context-") for n in names)
     assert context_name("context", first) == context_name("context", first)  # one job: one name
+
+
+def test_a_linked_view_has_the_trees_files_linked_and_its_symlinks_as_they_are(
+    tmp_path: Path,
+) -> None:
+    from dockerarch.files import linked_view
+
+    source = tmp_path / "result"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.whl").write_bytes(b"wheel")
+    (source / "sub" / "b.txt").write_text("b")
+    (source / "link").symlink_to("a.whl")
+    (source / "dirlink").symlink_to("sub")
+    view = linked_view(source, tmp_path / "view")
+    assert (view / "a.whl").stat().st_ino == (source / "a.whl").stat().st_ino
+    assert (view / "sub" / "b.txt").read_text() == "b"
+    assert os.readlink(view / "link") == "a.whl" and os.readlink(view / "dirlink") == "sub"
+    with pytest.raises(FileExistsError):  # a view is always new
+        linked_view(source, view)
