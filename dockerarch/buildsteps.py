@@ -212,6 +212,21 @@ def prepare_context(job: JobState) -> None:
 _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image at a time
 
 
+def _machine_image(job: JobState, tag: str, platform: str, stage: str, what: str,
+                   shared: str) -> None:  # fmt: skip
+    """Build ``stage`` of the job's Dockerfile into the engine as ``tag``, unless it is there
+    (one build of a tag at a time: a set's members may ask for it together)."""
+    with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
+        if job.engine.image_labels(tag) is None:
+            spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
+                             load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
+                             build_contexts=job.contexts)  # fmt: skip
+            began = time.monotonic()
+            stream(job, spec, f"{what} (once per machine)")
+            job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that need "
+                    f"{shared} start from it")  # fmt: skip
+
+
 def toolchain_image(job: JobState) -> None:
     """A hybrid build's native stages (the x86-64 Python, the cross toolchain, uv, the native
     drivers) come from an image of this machine's, tagged with the sha256 of everything they are
@@ -224,16 +239,8 @@ def toolchain_image(job: JobState) -> None:
     dockerfile = (job.context / "Dockerfile").read_text()
     key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
-    with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
-        if job.engine.image_labels(tag) is None:
-            spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
-                             stage=accel.NATIVE_STAGES[-1], load_tag=tag,
-                             secrets=job.options.secrets, cache=job.options.cache,
-                             build_contexts=job.contexts)  # fmt: skip
-            began = time.monotonic()
-            stream(job, spec, "toolchain image (once per machine)")
-            job.say(f"toolchain image {tag} made in {time.monotonic() - began:.0f} s: "
-                    "builds that need the same toolchain start from it")  # fmt: skip
+    _machine_image(job, tag, "linux/amd64", accel.NATIVE_STAGES[-1], "toolchain image",
+                   "the same toolchain")  # fmt: skip
     job.toolchain_image = tag
     job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
 
@@ -256,16 +263,8 @@ def runtime_base_image(job: JobState) -> None:
     args = {k: v for k, v in job.build_args.items() if k in accel.NATIVE_STAGE_ARGS}
     key = accel.runtime_base_key(dockerfile, job.context, job.base_id, args)
     tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
-    with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
-        if job.engine.image_labels(tag) is None:
-            spec = BuildSpec(context_dir=job.context, platform=request.target.platform,
-                             stage=accel.RUNTIME_BASE_STAGE, load_tag=tag,
-                             secrets=job.options.secrets, cache=job.options.cache,
-                             build_contexts=job.contexts)  # fmt: skip
-            began = time.monotonic()
-            stream(job, spec, "runtime base image (once per machine)")
-            job.say(f"runtime base image {tag} made in {time.monotonic() - began:.0f} s: "
-                    "builds that need the same packages on this base start from it")  # fmt: skip
+    _machine_image(job, tag, request.target.platform, accel.RUNTIME_BASE_STAGE,
+                   "runtime base image", "the same packages on this base")  # fmt: skip
     job.runtime_base_image = tag
     job.build_args[accel.RUNTIME_BASE_ARG] = tag
 
