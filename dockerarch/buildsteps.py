@@ -253,9 +253,15 @@ def runtime_base_image(job: JobState) -> None:
     of the same packages on the same base, cold ones included. Under QEMU its dpkg and maintainer
     scripts are most of a small build's runtime image (12.5 s of Brotli's for armv7). A new base
     (re-bootstrapped), package list or apt script is a new image; a stage with nothing to install
-    and a build on a remote node build it in place."""
+    and a build on a remote node build it in place, and so does a build with the registry's
+    cache: its steps are keyed from the base any machine can have, where an image of this
+    machine's (its own layers) would give every later step a key no other machine shares."""
     request = job.request
     if job.route.context is not None or job.base_id is None:
+        return
+    if job.cache_ref is not None:
+        job.say("runtime base built in place: with the registry's cache, the steps after it "
+                "are keyed from the base, as on every machine that shares the cache")  # fmt: skip
         return
     dockerfile = (job.context / "Dockerfile").read_text()
     if "\nRUN " not in accel.stage_text(dockerfile, accel.RUNTIME_BASE_STAGE):

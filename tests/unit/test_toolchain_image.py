@@ -218,15 +218,19 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     assert rebased.runtime_base_image not in (None, changed)
 
 
-def test_a_runtime_base_with_nothing_to_install_or_on_a_node_is_built_in_place(
+def test_a_runtime_base_is_built_in_place_with_nothing_to_install_on_a_node_or_registry_cache(
     tmp_path: Path,
 ) -> None:
     engine = FakeEngine()
-    for recipe, node in (("qpulib", False), ("numpy", True)):
-        state, _ = job(tmp_path, engine, recipe=recipe, node=node)
-        state.base_id = BASE
+    registry = "127.0.0.1:5000/dockerarch/buildcache:x"
+    for recipe, node, cache in (("qpulib", False, None), ("numpy", True, None),
+                                ("numpy", False, registry)):  # fmt: skip
+        state, said = job(tmp_path, engine, recipe=recipe, node=node)
+        state.base_id, state.cache_ref = BASE, cache
         buildsteps.runtime_base_image(state)
-        assert (
-            state.runtime_base_image is None and "DOCKERARCH_RUNTIME_BASE" not in state.build_args
-        )
+        assert state.runtime_base_image is None
+        assert "DOCKERARCH_RUNTIME_BASE" not in state.build_args
+        # with the registry's cache the steps stay keyed from the base every machine shares,
+        # not from this machine's own image of it
+        assert any("registry's cache" in line for line in said) == (cache is not None)
     assert engine.built == []
