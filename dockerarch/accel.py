@@ -493,26 +493,28 @@ def _hash_files(digest: hashlib._Hash, root: Path, names: Iterable[str]) -> None
 RUNTIME_BASE_STAGE = "runtime-base-stage"
 RUNTIME_BASE_ARG = "DOCKERARCH_RUNTIME_BASE"
 # The stages RUNTIME_BASE_STAGE reads in a hybrid build: the base it is FROM, the package lists
-# the native apt installs from, the x86-64 Python of its byte-compiling (an image named by a
-# build argument, itself keyed).
-RUNTIME_BASE_READS = ("target-base", "package-lists", "native-python")
+# the native apt installs from, and the stage of the x86-64 Python it byte-compiles with (the
+# build takes that Python from the toolchain image, whose other stages it does not read).
+RUNTIME_BASE_READS = ("target-base", "package-lists", "native-python-stage")
 # The toolchain scripts those stages run: the lists' fetch, the native apt and its native
 # byte-compiling (a change to any other script makes no new runtime base).
 RUNTIME_BASE_FILES = ("update-lists", "apt-install", "with-native-python", "native-python")
 
 
-def runtime_base_key(dockerfile: str, context: Path, base_id: str, args: dict[str, str]) -> str:
+def runtime_base_key(
+    dockerfile: str, context: Path, base_id: str, native_base_id: str | None
+) -> str:
     """The sha256 of everything RUNTIME_BASE_STAGE is made from: its lines (the packages), the
-    lines of the stages it reads, the build arguments those name, the toolchain scripts they
-    run (RUNTIME_BASE_FILES), and the target base's image id. The same key is the same image:
+    lines of the stages it reads, the toolchain scripts they run (RUNTIME_BASE_FILES), and the
+    image ids of the target base and of the amd64 base under the native Python. The same key is the same image:
     every recipe whose artifacts need the same packages on the same base shares it."""
     own = stage_text(dockerfile, RUNTIME_BASE_STAGE)
     digest = hashlib.sha256(f"base {base_id}\nstage {RUNTIME_BASE_STAGE}\n{own}\n".encode())
     for name in RUNTIME_BASE_READS:
         if f" AS {name}\n" in dockerfile:
             digest.update(f"stage {name}\n{stage_text(dockerfile, name)}\n".encode())
-    for name, value in sorted(args.items()):
-        digest.update(f"arg {name}={value}\n".encode())
+    if native_base_id is not None:  # only its Python is used: not the toolchain's other stages
+        digest.update(f"native base {native_base_id}\n".encode())
     if "--mount=type=bind,source=" in own:  # a hybrid build's apt step: the scripts it runs
         _hash_files(digest, context / CONTEXT_DIR, RUNTIME_BASE_FILES)
     return digest.hexdigest()

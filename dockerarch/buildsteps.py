@@ -266,8 +266,7 @@ def runtime_base_image(job: JobState) -> None:
     dockerfile = (job.context / "Dockerfile").read_text()
     if "\nRUN " not in accel.stage_text(dockerfile, accel.RUNTIME_BASE_STAGE):
         return
-    args = {k: v for k, v in job.build_args.items() if k in accel.NATIVE_STAGE_ARGS}
-    key = accel.runtime_base_key(dockerfile, job.context, job.base_id, args)
+    key = accel.runtime_base_key(dockerfile, job.context, job.base_id, job.toolchain_base_id)
     tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
     _machine_image(job, tag, request.target.platform, accel.RUNTIME_BASE_STAGE,
                    "runtime base image", "the same packages on this base")  # fmt: skip

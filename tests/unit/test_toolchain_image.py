@@ -186,7 +186,7 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     tag = spec.load_tag
     assert tag is not None and tag.startswith("dockerarch/runtime-base:debian-armv7-")
     assert state.runtime_base_image == tag and state.build_args["DOCKERARCH_RUNTIME_BASE"] == tag
-    # made after the toolchain image, whose Python it byte-compiles with: its tag is in the key
+    # made after the toolchain image, whose Python it byte-compiles with
     assert spec.build_args is not None
     assert spec.build_args["DOCKERARCH_NATIVE_PYTHON"] == toolchain.load_tag
     assert any(tag in line and "made in" in line for line in said), said
@@ -197,6 +197,20 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     buildsteps.runtime_base_image(again)
     assert len(engine.built) == 2 and again.runtime_base_image == tag
 
+    # Another toolchain (a recipe with other native drivers) of the same Python: the same image;
+    # another native Python: another.
+    dockerfile = (state.context / "Dockerfile").read_text()
+    key = accel.runtime_base_key(dockerfile, state.context, BASE, BASE)
+    assert tag.endswith(key[:16])
+    drivers = dockerfile.replace("FROM native-python-stage AS toolchain-stage\n",
+                                 "FROM native-python-stage AS toolchain-stage\nRUN true\n")  # fmt: skip
+    assert accel.runtime_base_key(drivers, state.context, BASE, BASE) == key
+    assert accel.toolchain_key(drivers, state.context, BASE) != accel.toolchain_key(
+        dockerfile, state.context, BASE
+    )
+    python = dockerfile.replace("python3-pyelftools", "python3-pyelftools python3-venv")
+    assert accel.runtime_base_key(python, state.context, BASE, BASE) != key
+    assert accel.runtime_base_key(dockerfile, state.context, BASE, "sha256:" + "4" * 64) != key
     # opencv's artifacts need python3-numpy where numpy's need libopenblas0: another image
     other, _ = job(tmp_path, engine, recipe="opencv")
     other.base_id = BASE
