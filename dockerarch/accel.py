@@ -506,8 +506,9 @@ def runtime_base_key(
 ) -> str:
     """The sha256 of everything RUNTIME_BASE_STAGE is made from: its lines (the packages), the
     lines of the stages it reads, the toolchain scripts they run (RUNTIME_BASE_FILES), and the
-    image ids of the target base and of the amd64 base under the native Python. The same key is the same image:
-    every recipe whose artifacts need the same packages on the same base shares it."""
+    image ids of the target base and of the amd64 base under the native Python. The same key
+    is the same image: every recipe whose artifacts need the same packages on the same base
+    shares it."""
     own = stage_text(dockerfile, RUNTIME_BASE_STAGE)
     digest = hashlib.sha256(f"base {base_id}\nstage {RUNTIME_BASE_STAGE}\n{own}\n".encode())
     for name in RUNTIME_BASE_READS:

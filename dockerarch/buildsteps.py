@@ -103,6 +103,7 @@ class JobState:
     count: Callable[[str, int, int, str], None]
     started: float = field(default_factory=time.monotonic)
     contexts: dict[str, str] = field(default_factory=dict)  # named build contexts
+    used: dict[str, str] = field(default_factory=dict)  # other results' directories (uses)
     build_args: dict[str, str] = field(default_factory=dict)  # of every buildx invocation
     base_id: str | None = None
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
@@ -191,6 +192,7 @@ def prepare_context(job: JobState) -> None:
     job.built_options = write_context(job.request, job.context)
     for name in job.request.recipe.uses:  # other results' directories (torch's for torchvision)
         if name in job.contexts:
+            job.used[name] = job.contexts[name]
             view = linked_view(Path(job.contexts[name]), job.work / context_name(name, job.work))
             job.contexts[name] = str(view)
     source = job.request.source
@@ -595,7 +597,7 @@ def write_manifest(job: JobState) -> None:
         "version": request.version,
         "package": request.package.spec if request.package else None,
         "source": request.source.record() if request.source else None,
-        "uses": {k: v for k, v in job.contexts.items() if k != "source"} or None,
+        "uses": {**{k: v for k, v in job.contexts.items() if k != "source"}, **job.used} or None,
         "toolchain_image": job.toolchain_image,
         "runtime_base_image": job.runtime_base_image,
         "options": job.built_options or request.built_options,

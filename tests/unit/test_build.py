@@ -309,3 +309,4 @@ def test_a_context_from_another_result_goes_to_buildx_as_a_view_of_the_builds_ow
     assert view == work / context_name("torch-wheels", work) and view.name != torch.name
     assert (view / wheel.name).stat().st_ino == wheel.stat().st_ino  # linked, not copied
     assert sorted(p.name for p in view.iterdir()) == [wheel.name]
+    assert state.used == {"torch-wheels": str(torch)}  # what manifest.json records under uses
