@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -106,6 +107,7 @@ class JobState:
     used: dict[str, str] = field(default_factory=dict)  # other results' directories (uses)
     build_args: dict[str, str] = field(default_factory=dict)  # of every buildx invocation
     base_id: str | None = None
+    base_pending: Future[tuple[str, dict[str, str]]] | None = None  # bootstrapping meanwhile
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
     toolchain_image: str | None = None  # the image that gives this build its native stages
     runtime_base_image: str | None = None  # the image its build and runtime stages start from
@@ -145,23 +147,59 @@ class JobState:
 
 def ensure_base(job: JobState) -> None:
     """The target's base image (bootstrapped when missing and dockerarch can), on the node that
-    builds; in a hybrid build the amd64 base of the native toolchain too."""
+    builds; in a hybrid build the amd64 base of the native toolchain too. A hybrid build on this
+    machine whose target base is missing bootstraps it in the background: the toolchain image
+    needs only the amd64 base, so it is made meanwhile, and "base ready" waits for the target's."""
     request, route = job.request, job.route
     if route.note:
         job.say(route.note)
     job.say(f"building on {route.builder} ({job.decision.accel}, {route.endpoint})")
     tag = request.target.base_image
-    job.base_id, labels = _local_base(job, request.target.name, tag)
-    job.source_date_epoch = source_date_epoch(labels)
-    if route.context is not None:
-        remote = job.engine.image_labels(tag, route.context)
-        if remote is None or remote[0] != job.base_id:
-            job.say(f"copying the base {tag} to node {route.builder}")
-            job.engine.copy_image(tag, route.context)
+    if (request.toolchain is not None and route.context is None
+            and job.engine.image_labels(tag) is None):  # fmt: skip
+        job.base_pending = _in_background(lambda: _local_base(job, request.target.name, tag))
+    else:
+        _take_base(job, *_local_base(job, request.target.name, tag))
     if request.toolchain is not None:
         job.toolchain_base_id, _ = _local_base(
             job, request.toolchain.base_target, request.toolchain.base_image
         )
+
+
+def base_ready(job: JobState) -> None:
+    """The target's base, when ensure_base left it bootstrapping: waited for here, before the
+    first step that starts from it."""
+    pending, job.base_pending = job.base_pending, None
+    if pending is None:
+        return
+    if not pending.done():
+        job.step(f"waiting for the base {job.request.target.base_image} (bootstrapping)")
+    _take_base(job, *pending.result())
+
+
+def _take_base(job: JobState, base_id: str, labels: dict[str, str]) -> None:
+    """The target's base found: its id, the artifacts' date, and a remote node's copy of it."""
+    job.base_id = base_id
+    job.source_date_epoch = source_date_epoch(labels)
+    route, tag = job.route, job.request.target.base_image
+    if route.context is not None:
+        remote = job.engine.image_labels(tag, route.context)
+        if remote is None or remote[0] != base_id:
+            job.say(f"copying the base {tag} to node {route.builder}")
+            job.engine.copy_image(tag, route.context)
+
+
+def _in_background(
+    work: Callable[[], tuple[str, dict[str, str]]],
+) -> Future[tuple[str, dict[str, str]]]:
+    """``work`` in a thread of its own; its result (or error) is the future's. The thread is
+    not a daemon: a build that fails meanwhile still lets a bootstrap finish (the next build
+    takes the base)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockerarch-base")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def source_date_epoch(base_labels: dict[str, str]) -> int | None:
@@ -631,6 +669,7 @@ STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("ensure base", ensure_base),
     ("prepare context", prepare_context),
     ("toolchain image", toolchain_image),
+    ("base ready", base_ready),
     ("runtime base image", runtime_base_image),
     ("farm", use_farm),
     ("build artifacts", build_artifacts),
@@ -784,8 +823,10 @@ def _local_base(job: JobState, name: str, tag: str) -> tuple[str, dict[str, str]
                 f"or base import-img SDCARD --target {name}.",
             ) from exc
         job.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
-        made = base.bootstrap(request, progress=job.say).image_id
-        return made, (job.engine.image_labels(tag) or (made, {}))[1]
+        made = base.bootstrap(request, progress=job.say)
+        job.say(f"base {tag} made in {made.seconds:.0f} s ({made.image_id[:19]})"
+                + (f"; {made.note}" if made.note else ""))  # fmt: skip
+        return made.image_id, (job.engine.image_labels(tag) or (made.image_id, {}))[1]
 
 
 def _registry_cache_ref(job: JobState) -> str | None:

@@ -1,0 +1,100 @@
+"""A hybrid build whose target base is missing bootstraps it in the background while the native
+toolchain image is made from the amd64 base alone (buildsteps.ensure_base), and waits for it in
+"base ready", before the first step that starts from it; against a stand-in engine and a
+stand-in bootstrap (threads, no processes)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from dockerarch import buildsteps
+from dockerarch.base import LABEL_PREFIX
+from dockerarch.errors import UsageError
+
+from .test_toolchain_image import FakeEngine, job
+
+TARGET_ID = "sha256:" + "7" * 64
+EPOCH = "1783764997"
+
+
+class Bootstraps:
+    """Stands in for buildsteps._local_base: the amd64 base is there at once; the target's
+    waits until ``release`` is set, then is ``made`` (or fails with ``error``)."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.release = threading.Event()
+        self.error = error
+        self.asked: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, job: buildsteps.JobState, name: str, tag: str) -> tuple[str, dict[str, str]]:
+        with self.lock:
+            self.asked.append(name)
+        if name == "debian-amd64":
+            return "sha256:" + "1" * 64, {}
+        assert self.release.wait(10), "the target's bootstrap was never let finish"
+        if self.error is not None:
+            raise self.error
+        return TARGET_ID, {f"{LABEL_PREFIX}.source-date-epoch": EPOCH}
+
+
+def test_the_toolchain_image_is_made_while_the_target_base_is_bootstrapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstraps = Bootstraps()
+    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    engine = FakeEngine()  # no base at all
+    state, _ = job(tmp_path, engine)
+    state.toolchain_base_id = None
+
+    buildsteps.ensure_base(state)
+    assert state.toolchain_base_id is not None and state.base_id is None
+    buildsteps.toolchain_image(state)  # while debian-armv7's bootstrap has not finished
+    (spec,) = engine.built
+    assert spec.stage == "toolchain-stage"
+    assert "SOURCE_DATE_EPOCH" not in (spec.build_args or {})  # the target's date: not yet
+    assert state.base_pending is not None and not state.base_pending.done()
+
+    waited: list[str] = []
+    state.step = waited.append
+    threading.Timer(0.2, bootstraps.release.set).start()
+    buildsteps.base_ready(state)
+    assert waited == ["waiting for the base dockerarch/base/debian-armv7:bookworm (bootstrapping)"]
+    assert (state.base_id, state.source_date_epoch) == (TARGET_ID, int(EPOCH))
+    assert state.base_pending is None
+    assert sorted(bootstraps.asked) == ["debian-amd64", "debian-armv7"]
+
+
+def test_a_failed_bootstrap_fails_the_build_at_base_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstraps = Bootstraps(UsageError("Target 'debian-armv7' has no base image yet"))
+    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    state, _ = job(tmp_path, FakeEngine())
+    buildsteps.ensure_base(state)
+    bootstraps.release.set()
+    with pytest.raises(UsageError, match="has no base image yet"):
+        buildsteps.base_ready(state)
+    assert state.base_id is None
+
+
+@pytest.mark.parametrize("node", [False, True])
+def test_a_base_that_is_there_or_a_nodes_build_takes_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: bool
+) -> None:
+    bootstraps = Bootstraps()
+    bootstraps.release.set()
+    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    tag = "dockerarch/base/debian-armv7:bookworm"
+    engine = FakeEngine({tag} if not node else set())
+    # a node's build copies the base there: the stand-in says the node has it already
+    monkeypatch.setattr(engine, "image_labels", lambda ref, context=None: (TARGET_ID, {}))
+    state, _ = job(tmp_path, engine, node=node)
+    buildsteps.ensure_base(state)
+    assert state.base_pending is None and state.base_id == TARGET_ID
+    assert state.source_date_epoch == int(EPOCH)
+    buildsteps.base_ready(state)  # nothing to wait for
+    assert state.base_id == TARGET_ID
