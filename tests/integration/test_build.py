@@ -506,6 +506,39 @@ def test_a_node_that_does_not_answer_fails_unless_fallback(
     assert "testnode" not in dockerarch("builder", "ls").stdout
 
 
+def test_a_missing_base_is_bootstrapped_while_the_toolchain_image_is_made(tmp_path: Path) -> None:
+    """A build whose target base is missing makes it itself (as make demo's does on a fresh
+    machine), in the background: the toolchain image needs only the amd64 base, so it is made
+    meanwhile, and the build waits for the target's base only before its first step from it."""
+    base = "dockerarch/base/debian-aarch64:bookworm"
+    kept = "dockerarch/kept-by-test/debian-aarch64:bookworm"  # the base again if this fails
+    subprocess.run(["docker", "tag", base, kept], check=True, capture_output=True)
+    try:
+        for made in [base, *_images("dockerarch/toolchain:aarch64-linux-gnu-*")]:
+            subprocess.run(["docker", "image", "rm", made], check=True, capture_output=True)
+        done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64",
+                          "--no-smoke", "--out", str(tmp_path), timeout=3600)  # fmt: skip
+    finally:
+        if not _images(base):
+            subprocess.run(["docker", "tag", kept, base], check=True, capture_output=True)
+        subprocess.run(["docker", "image", "rm", kept], check=True, capture_output=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stderr + done.stdout
+    assert f"no base {base} yet: bootstrapping it" in said
+    toolchain = re.search(
+        r"toolchain image (dockerarch/toolchain:aarch64-linux-gnu-\S+) made in", said
+    )
+    made = re.search(rf"base {re.escape(base)} made in \d+ s \((sha256:[0-9a-f]{{12}})", said)
+    assert toolchain and made, said[-3000:]
+    assert toolchain.start() < made.start(), said[-3000:]  # made while the base was not yet
+    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
+    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", base],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert data["base"] == {"image": base, "id": base_id} and base_id.startswith(made[1])
+    assert data["toolchain_image"] == toolchain[1]
+    assert "base ready" in [step["step"] for step in data["steps"]]  # type: ignore[union-attr]
+
+
 def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> None:
     """--no-cache: every step runs and every cache mount starts empty, so the package lists are
     fetched by the x86-64 apt of the package-lists stage, and each emulated apt step installs
