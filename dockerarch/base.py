@@ -157,6 +157,14 @@ def _check_inputs(
             )
 
 
+def local_bases() -> list[engine.LocalImage]:
+    """The engine's base images, newest first: those dockerarch made from a root filesystem
+    (bootstrapped or imported: one layer, with the label). Every image built FROM a base (a
+    toolchain image, a runtime base, a build's runtime image) inherits the label, not the
+    single layer."""
+    return [i for i in engine.images_labelled(LABEL_PREFIX) if i.layers == 1]
+
+
 def _cached_result(
     tag: str, inputs_hash: str, *, refresh: bool, push_to: str | None, started: float
 ) -> BaseResult | None:

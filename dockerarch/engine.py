@@ -253,6 +253,7 @@ class LocalImage:
     size: int
     created: str
     labels: dict[str, str]
+    layers: int  # a base dockerarch made has one (its root filesystem); images FROM it more
 
 
 def images_labelled(label: str) -> list[LocalImage]:
@@ -274,6 +275,7 @@ def images_labelled(label: str) -> list[LocalImage]:
                 size=int(image.size or 0),
                 created=image.created.strftime("%Y-%m-%d %H:%M:%S") if image.created else "?",
                 labels=dict(image.config.labels or {}),
+                layers=len(image.root_fs.layers or ()),
             )
         )
     return sorted(found, key=lambda i: i.created, reverse=True)

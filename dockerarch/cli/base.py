@@ -187,11 +187,10 @@ def list_bases(
     """List the base images: platform, size, creation time and source."""
     import json
 
-    from dockerarch import engine
-    from dockerarch.base import LABEL_PREFIX
+    from dockerarch.base import LABEL_PREFIX, local_bases
     from dockerarch.cli.output import columns
 
-    images = engine.images_labelled(LABEL_PREFIX)
+    images = local_bases()
     rows: list[dict[str, Any]] = [
         {
             "tags": [t for t in i.tags if not t.startswith(tuple("0123456789"))] or list(i.tags),

@@ -50,13 +50,26 @@ def test_second_bootstrap_hits_the_cache(bootstrapped: str) -> None:
 
 
 def test_base_ls_lists_them_with_their_source(bootstrapped: str) -> None:
-    done = dockerarch("base", "ls", "--json")
+    # an image built FROM a base (as a toolchain image or a runtime image is) carries its
+    # labels: base ls does not list it
+    derived = "dockerarch-test/from-a-base:1"
+    built = subprocess.run(["docker", "build", "-q", "-t", derived, "-"], capture_output=True,
+                           text=True, input=f"FROM {BASES['amd64'][0]}\nRUN echo x > /x\n")  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    try:
+        done = dockerarch("base", "ls", "--json")
+    finally:
+        subprocess.run(["docker", "image", "rm", derived], check=True, capture_output=True)
     assert done.returncode == 0
-    rows = {next(iter(r["tags"])): r for r in json.loads(done.stdout) if r["tags"]}
+    listed = json.loads(done.stdout)
+    rows = {next(iter(r["tags"])): r for r in listed if r["tags"]}
     for tag, platform, _, _ in BASES.values():
         assert rows[tag]["platform"] == platform
         assert rows[tag]["source"].endswith(" bookworm")
         assert rows[tag]["size_mb"] > 10
+    assert not [r for r in listed if derived in r["tags"]
+                or any(t.startswith(("dockerarch/toolchain:", "dockerarch/runtime-base:"))
+                       for t in r["tags"])], listed  # fmt: skip
 
 
 def test_bases_are_in_the_registry(bootstrapped: str) -> None:

@@ -192,3 +192,26 @@ def test_a_bootstrap_on_a_mirror_out_of_step_says_so_and_what_to_do(
         CommandFailedError, match="failed with exit code 1"
     ):  # any other failure as it was
         base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
+
+
+def test_base_ls_lists_the_bases_not_the_images_built_from_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every image FROM a base inherits its labels: a toolchain image, a runtime base, a build's
+    runtime image. Only the image made from the root filesystem (one layer) is a base."""
+    from dockerarch import engine
+
+    def image(tag: str, layers: int) -> engine.LocalImage:
+        return engine.LocalImage(id=f"sha256:{tag}", tags=(tag,), platform="linux/arm/v7",
+                                 size=1, created="2026-11-27 10:00:00",
+                                 labels={base.LABEL_PREFIX: "1"}, layers=layers)  # fmt: skip
+
+    labelled = [image("dockerarch/toolchain:arm-linux-gnueabihf-gcc12-1", 9),
+                image("dockerarch/base/debian-armv7:bookworm", 1),
+                image("dockerarch/runtime-base:debian-armv7-1", 2),
+                image("mine/pynq:v3", 1)]  # fmt: skip
+    asked: list[str] = []
+    monkeypatch.setattr(engine, "images_labelled", lambda label: asked.append(label) or labelled)
+    assert [i.tags[0] for i in base.local_bases()] == [
+        "dockerarch/base/debian-armv7:bookworm", "mine/pynq:v3"]  # fmt: skip
+    assert asked == [base.LABEL_PREFIX]
