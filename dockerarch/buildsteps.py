@@ -30,6 +30,7 @@ from dockerarch import (
     builders,
     compilercache,
     libneeds,
+    machineimages,
     paths,
     steps,
 )
@@ -265,6 +266,7 @@ def _machine_image(job: JobState, tag: str, platform: str, stage: str, what: str
             stream(job, spec, f"{what} (once per machine)")
             job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that need "
                     f"{shared} start from it")  # fmt: skip
+    machineimages.record_use(tag)  # what dockerarch prune reads: used, so kept
 
 
 def toolchain_image(job: JobState) -> None:

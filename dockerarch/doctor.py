@@ -9,6 +9,7 @@ import functools
 import os
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -247,10 +248,25 @@ def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
         return _failed(
             name,
             f"{detail}; builds want at least {min_free_gib:g} GiB",
-            "Free space there ('docker system prune', 'docker builder prune'), or move "
-            "Docker's data-root to a larger disk.",
+            "Free space there ('dockerarch prune' removes toolchain images and runtime bases no "
+            "build used for 14 days; 'docker builder prune'), or move Docker's data-root to a "
+            "larger disk.",
         )
     return _passed(name, detail)
+
+
+def check_machine_images(daemon_ok: bool) -> CheckResult:
+    """How much this machine's toolchain images and runtime bases hold (never a failure)."""
+    from dockerarch import machineimages
+
+    name = "machine images"
+    if not daemon_ok:
+        return CheckResult(name=name, ok=False, skipped=True, required=False,
+                           detail="not run: no docker daemon", fix=None)  # fmt: skip
+    images = machineimages.listing()
+    days = machineimages.DEFAULT_UNUSED_DAYS
+    return CheckResult(name=name, ok=True, required=False,
+                       detail=machineimages.summary(images, days, time.time()))  # fmt: skip
 
 
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
@@ -284,5 +300,6 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         _guarded("package index", lambda: check_index(registry)),
         _guarded("compiler cache", lambda: check_compiler_cache(registry, state_dir())),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib)),
+        _guarded("machine images", lambda: check_machine_images(daemon.ok)),
     ]
     return results

@@ -282,6 +282,52 @@ def images_labelled(label: str) -> list[LocalImage]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TaggedImage:
+    tag: str
+    id: str
+    size: int
+    tagged: float  # unix time the tag was last set (the engine's LastTagTime), 0 if unknown
+
+
+def images_named(repositories: Sequence[str]) -> list[TaggedImage]:
+    """Every tag of the local images in ``repositories`` (one row per tag)."""
+    from datetime import datetime
+
+    from python_on_whales.exceptions import DockerException
+
+    found = []
+    for repository in repositories:
+        try:
+            images = client().image.list(filters={"reference": f"{repository}:*"})
+        except DockerException as exc:
+            raise EngineError(f"Cannot list images: {_whales_error(exc)}", fix=START_HINT) from exc
+        for image in images:
+            stamp = str((image.metadata or {}).get("LastTagTime") or "")
+            try:  # RFC 3339 with nanoseconds: seconds are enough
+                tagged = datetime.fromisoformat(
+                    re.sub(r"(\.\d{6})\d*", r"\1", stamp).replace("Z", "+00:00")
+                ).timestamp()
+            except ValueError:
+                tagged = 0.0
+            for tag in image.repo_tags or ():
+                if tag.rsplit(":", 1)[0] == repository:
+                    found.append(TaggedImage(tag=tag, id=str(image.id), size=int(image.size or 0),
+                                             tagged=tagged))  # fmt: skip
+    return found
+
+
+def remove_image(tag: str) -> None:
+    """Untag ``tag``; its layers go when no other tag holds them. The engine refuses an image a
+    container uses: an EngineError saying so."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        client().image.remove(tag)
+    except DockerException as exc:
+        raise EngineError(f"{tag} was not removed: {_whales_error(exc)}") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildSpec:
     """One `docker buildx build` of a rendered recipe, for one platform, on one node."""
 

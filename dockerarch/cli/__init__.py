@@ -62,6 +62,7 @@ def _register() -> None:
         farm,
         generate,
         nfs,
+        prune,
         push,
         recipes,
         rootfs,
@@ -84,6 +85,7 @@ def _register() -> None:
     app.add_typer(builder.app, name="builder")
     app.add_typer(farm.app, name="farm")
     app.command("verify")(verify.verify)
+    app.command("prune")(prune.prune)
 
 
 _register()

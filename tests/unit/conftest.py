@@ -67,3 +67,14 @@ def _root_marked(request: pytest.FixtureRequest) -> None:
         pytest.skip(
             f"needs root: {marker.args[0] if marker.args else 'privileged file operations'}"
         )
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """dockerarch's state directory (/var/lib/dockerarch: bases' temporary trees, the record of
+    the machine images builds used) is a fresh one per test, never the machine's."""
+    from dockerarch import base
+
+    monkeypatch.setattr(base, "STATE_DIR", tmp_path_factory.mktemp("state"))

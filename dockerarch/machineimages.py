@@ -1,0 +1,163 @@
+"""This machine's own images: the toolchain images and runtime bases that builds make once and
+share (buildsteps._machine_image), about 1 GB and 0.2 GB each.
+
+Each is keyed by what it is made from, so a new dockerarch, a re-bootstrapped base or another
+package list makes a new one and the old one stays; several keys of one toolchain also live side
+by side (a recipe with other native drivers). Which are still wanted only use can tell: every
+build that takes or makes one records the time in ``machine-images.json`` in the state
+directory, and ``dockerarch prune`` removes those no build has used for a while (an image made
+before the record was kept counts as used when it was last tagged). ``dockerarch doctor`` says
+what they hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dockerarch import engine
+from dockerarch.errors import EngineError, OutputError
+from dockerarch.files import write_atomic
+
+REPOSITORIES = ("dockerarch/toolchain", "dockerarch/runtime-base")
+RECORD = "machine-images.json"  # {tag: unix time of the last build that used it}
+DEFAULT_UNUSED_DAYS = 14
+_LOCK = threading.Lock()  # a set's members record from threads of one process
+
+
+def _state_dir() -> Path:
+    from dockerarch.base import STATE_DIR
+
+    return STATE_DIR
+
+
+@contextlib.contextmanager
+def _locked(state: Path) -> Iterator[Path]:
+    """The record's path, held against other threads and other dockerarch processes."""
+    record = state / RECORD
+    with _LOCK, open(state / f".{RECORD}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield record
+
+
+def _read(record: Path) -> dict[str, float]:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: every image counts as never used
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+def record_use(tag: str, *, now: float | None = None, state: Path | None = None) -> bool:
+    """Note that a build used ``tag`` now. False when the state directory cannot be written (a
+    user without rights there): the build goes on, the image only looks older to prune."""
+    state = state or _state_dir()
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with _locked(state) as record:
+            used = _read(record)
+            used[tag] = time.time() if now is None else now
+            write_atomic(record, (json.dumps(used, indent=1, sort_keys=True) + "\n").encode())
+    except (OSError, OutputError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineImage:
+    tag: str
+    id: str
+    size: int
+    last_used: float  # unix time: the last build's record, else when it was tagged
+
+    @property
+    def kind(self) -> str:
+        return "toolchain image" if self.tag.startswith("dockerarch/toolchain:") else "runtime base"
+
+    def days_unused(self, now: float) -> float:
+        return max(0.0, (now - self.last_used) / 86400)
+
+
+def listing(*, state: Path | None = None) -> list[MachineImage]:
+    """This machine's toolchain images and runtime bases, least recently used first."""
+    used = _read((state or _state_dir()) / RECORD)
+    found = [
+        MachineImage(tag=i.tag, id=i.id, size=i.size, last_used=used.get(i.tag, i.tagged))
+        for i in engine.images_named(REPOSITORIES)
+    ]
+    return sorted(found, key=lambda m: (m.last_used, m.tag))
+
+
+def unused(images: list[MachineImage], days: float, now: float) -> list[MachineImage]:
+    """Those no build has used for ``days`` days or more."""
+    return [m for m in images if m.days_unused(now) >= days]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    removed: list[MachineImage]
+    kept: list[tuple[MachineImage, str]]  # and why: the engine refused (a container uses it)
+
+    @property
+    def freed(self) -> int:
+        """Bytes: an image's layers shared with another image are freed with the last one only,
+        so this is at most what the disk gets back."""
+        return sum(m.size for m in self.removed)
+
+
+def prune(days: float, *, dry_run: bool = False, now: float | None = None,
+          state: Path | None = None) -> Pruned:  # fmt: skip
+    """Remove the machine images no build has used for ``days`` days (their tags; the layers go
+    with the last tag). One the engine refuses to remove is kept and said."""
+    now = time.time() if now is None else now
+    chosen = unused(listing(state=state), days, now)
+    if dry_run:
+        return Pruned(removed=chosen, kept=[])
+    removed: list[MachineImage] = []
+    kept: list[tuple[MachineImage, str]] = []
+    for image in chosen:
+        try:
+            engine.remove_image(image.tag)
+        except EngineError as exc:
+            kept.append((image, exc.problem))
+        else:
+            removed.append(image)
+    if removed:
+        _forget([m.tag for m in removed], state or _state_dir())
+    return Pruned(removed=removed, kept=kept)
+
+
+def _forget(tags: list[str], state: Path) -> None:
+    with contextlib.suppress(OSError), _locked(state) as record:
+        used = _read(record)
+        if any(tag in used for tag in tags):
+            for tag in tags:
+                used.pop(tag, None)
+            write_atomic(record, (json.dumps(used, indent=1, sort_keys=True) + "\n").encode())
+
+
+def gigabytes(size: int) -> str:
+    return f"{size / 1e9:.1f} GB"
+
+
+def summary(images: list[MachineImage], days: float, now: float) -> str:
+    """One line for doctor: how many, how big, how many unused."""
+    if not images:
+        return "none yet (hybrid builds make a toolchain image and a runtime base once)"
+    toolchains = sum(m.kind == "toolchain image" for m in images)
+    line = (f"{toolchains} toolchain image{'s' * (toolchains != 1)}, "
+            f"{len(images) - toolchains} runtime base{'s' * (len(images) - toolchains != 1)}: "
+            f"{gigabytes(sum(m.size for m in images))}")  # fmt: skip
+    old = unused(images, days, now)
+    if old:
+        line += (f"; {len(old)} unused for {days:g}+ days ({gigabytes(sum(m.size for m in old))}):"
+                 " dockerarch prune removes them")  # fmt: skip
+    return line
