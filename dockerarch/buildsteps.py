@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from dockerarch import (
     __version__,
@@ -42,6 +42,9 @@ from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError, UsageError
 from dockerarch.files import context_name, linked_view
 from dockerarch.render import RenderRequest, render_dockerfile
+
+if TYPE_CHECKING:
+    from dockerarch.base import BaseRequest
 
 
 class Engine(Protocol):
@@ -158,7 +161,9 @@ def ensure_base(job: JobState) -> None:
     tag = request.target.base_image
     if (request.toolchain is not None and route.context is None
             and job.engine.image_labels(tag) is None):  # fmt: skip
-        job.base_pending = _in_background(lambda: _local_base(job, request.target.name, tag))
+        name = request.target.name
+        made_from = _bootstrap_request(name, tag)  # one it cannot make is said now, not later
+        job.base_pending = _in_background(lambda: _local_base(job, name, tag, made_from))
     else:
         _take_base(job, *_local_base(job, request.target.name, tag))
     if request.toolchain is not None:
@@ -802,33 +807,42 @@ def smoke_command(request: RenderRequest, reports: list[artifacts.ArtifactReport
 _BASE_LOCKS: dict[str, threading.Lock] = {}  # one bootstrap per base image at a time
 
 
-def _local_base(job: JobState, name: str, tag: str) -> tuple[str, dict[str, str]]:
+def _local_base(job: JobState, name: str, tag: str,
+                request: BaseRequest | None = None) -> tuple[str, dict[str, str]]:  # fmt: skip
     """The id and labels of the local engine's base image ``tag`` of target ``name``,
-    bootstrapped first when missing and dockerarch can."""
+    bootstrapped first when missing and dockerarch can (from ``request`` when given)."""
     with _BASE_LOCKS.setdefault(tag, threading.Lock()):  # concurrent jobs share the amd64 base
         local = job.engine.image_labels(tag)
         if local is not None:
             return local
         from dockerarch import base
-        from dockerarch.targets import load_targets
 
-        target = load_targets()[name]
-        try:
-            request = base.make_request(target)
-            if request.tag != tag:
-                raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
-        except UsageError as exc:
-            raise UsageError(
-                f"Target '{name}' has no base image {tag} yet, and dockerarch cannot bootstrap "
-                f"one unaided: {exc.problem}",
-                fix=f"Make it first: dockerarch base bootstrap --target {name} --mirror URI, "
-                f"or base import-img SDCARD --target {name}.",
-            ) from exc
+        request = request or _bootstrap_request(name, tag)
         job.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
         made = base.bootstrap(request, progress=job.say)
         job.say(f"base {tag} made in {made.seconds:.0f} s ({made.image_id[:19]})"
                 + (f"; {made.note}" if made.note else ""))  # fmt: skip
         return made.image_id, (job.engine.image_labels(tag) or (made.image_id, {}))[1]
+
+
+def _bootstrap_request(name: str, tag: str) -> BaseRequest:
+    """How dockerarch would bootstrap target ``name``'s base ``tag``, or a UsageError saying
+    why it cannot unaided (a base from an SD card, a base_image of the user's own)."""
+    from dockerarch import base
+    from dockerarch.targets import load_targets
+
+    try:
+        request = base.make_request(load_targets()[name])
+        if request.tag != tag:
+            raise UsageError(f"its base_image is {tag}, not a base dockerarch makes")
+    except UsageError as exc:
+        raise UsageError(
+            f"Target '{name}' has no base image {tag} yet, and dockerarch cannot bootstrap "
+            f"one unaided: {exc.problem}",
+            fix=f"Make it first: dockerarch base bootstrap --target {name} --mirror URI, "
+            f"or base import-img SDCARD --target {name}.",
+        ) from exc
+    return request
 
 
 def _registry_cache_ref(job: JobState) -> str | None:

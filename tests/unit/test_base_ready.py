@@ -16,7 +16,10 @@ from dockerarch.errors import UsageError
 
 from .test_toolchain_image import FakeEngine, job
 
+_REAL_BOOTSTRAP_REQUEST = buildsteps._bootstrap_request
+
 TARGET_ID = "sha256:" + "7" * 64
+REQUEST = object()  # stands in for the base.BaseRequest of a base dockerarch can make
 EPOCH = "1783764997"
 
 
@@ -30,15 +33,22 @@ class Bootstraps:
         self.asked: list[str] = []
         self.lock = threading.Lock()
 
-    def __call__(self, job: buildsteps.JobState, name: str, tag: str) -> tuple[str, dict[str, str]]:
+    def __call__(self, job: buildsteps.JobState, name: str, tag: str,
+                 request: object = None) -> tuple[str, dict[str, str]]:  # fmt: skip
         with self.lock:
             self.asked.append(name)
+        assert request in (None, REQUEST)  # the request ensure_base checked first
         if name == "debian-amd64":
             return "sha256:" + "1" * 64, {}
         assert self.release.wait(10), "the target's bootstrap was never let finish"
         if self.error is not None:
             raise self.error
         return TARGET_ID, {f"{LABEL_PREFIX}.source-date-epoch": EPOCH}
+
+
+@pytest.fixture(autouse=True)
+def _can_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(buildsteps, "_bootstrap_request", lambda name, tag: REQUEST)
 
 
 def test_the_toolchain_image_is_made_while_the_target_base_is_bootstrapped(
@@ -98,3 +108,22 @@ def test_a_base_that_is_there_or_a_nodes_build_takes_it_first(
     assert state.source_date_epoch == int(EPOCH)
     buildsteps.base_ready(state)  # nothing to wait for
     assert state.base_id == TARGET_ID
+
+
+def test_a_base_dockerarch_cannot_make_is_said_before_anything_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dockerarch import base
+
+    def no_mirror(target: object, **_kw: object) -> object:
+        raise UsageError("no Debian mirror in the host's apt sources")
+
+    monkeypatch.setattr(base, "make_request", no_mirror)
+    monkeypatch.setattr(buildsteps, "_bootstrap_request", _REAL_BOOTSTRAP_REQUEST)
+    bootstraps = Bootstraps()
+    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    engine = FakeEngine()
+    state, _ = job(tmp_path, engine)
+    with pytest.raises(UsageError, match="cannot bootstrap one unaided: no Debian mirror"):
+        buildsteps.ensure_base(state)
+    assert state.base_pending is None and bootstraps.asked == [] and engine.built == []
