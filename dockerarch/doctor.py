@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dockerarch import arm_probe, binfmt, engine, process
+from dockerarch import arm_probe, binfmt, engine, machineimages, process
 from dockerarch.config import RegistryConfig
 from dockerarch.errors import DockerarchError
 
@@ -249,16 +249,14 @@ def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
             name,
             f"{detail}; builds want at least {min_free_gib:g} GiB",
             "Free space there ('dockerarch prune' removes toolchain images and runtime bases no "
-            "build used for 14 days; 'docker builder prune'), or move Docker's data-root to a "
-            "larger disk.",
+            f"build used for {machineimages.DEFAULT_UNUSED_DAYS} days; 'docker builder prune'), "
+            "or move Docker's data-root to a larger disk.",
         )
     return _passed(name, detail)
 
 
 def check_machine_images(daemon_ok: bool) -> CheckResult:
     """How much this machine's toolchain images and runtime bases hold (never a failure)."""
-    from dockerarch import machineimages
-
     name = "machine images"
     if not daemon_ok:
         return CheckResult(name=name, ok=False, skipped=True, required=False,

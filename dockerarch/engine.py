@@ -303,10 +303,8 @@ def images_named(repositories: Sequence[str]) -> list[TaggedImage]:
             raise EngineError(f"Cannot list images: {_whales_error(exc)}", fix=START_HINT) from exc
         for image in images:
             stamp = str((image.metadata or {}).get("LastTagTime") or "")
-            try:  # RFC 3339 with nanoseconds: seconds are enough
-                tagged = datetime.fromisoformat(
-                    re.sub(r"(\.\d{6})\d*", r"\1", stamp).replace("Z", "+00:00")
-                ).timestamp()
+            try:  # RFC 3339, nanoseconds and Z: Python 3.11's fromisoformat reads it
+                tagged = datetime.fromisoformat(stamp).timestamp()
             except ValueError:
                 tagged = 0.0
             for tag in image.repo_tags or ():

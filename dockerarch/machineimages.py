@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dockerarch import engine
+from dockerarch import base, engine
 from dockerarch.errors import EngineError, OutputError
 from dockerarch.files import write_atomic
 
@@ -29,12 +29,6 @@ REPOSITORIES = ("dockerarch/toolchain", "dockerarch/runtime-base")
 RECORD = "machine-images.json"  # {tag: unix time of the last build that used it}
 DEFAULT_UNUSED_DAYS = 14
 _LOCK = threading.Lock()  # a set's members record from threads of one process
-
-
-def _state_dir() -> Path:
-    from dockerarch.base import STATE_DIR
-
-    return STATE_DIR
 
 
 @contextlib.contextmanager
@@ -56,16 +50,20 @@ def _read(record: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
 
 
+def _write(record: Path, used: dict[str, float]) -> None:
+    write_atomic(record, (json.dumps(used, indent=1, sort_keys=True) + "\n").encode())
+
+
 def record_use(tag: str, *, now: float | None = None, state: Path | None = None) -> bool:
     """Note that a build used ``tag`` now. False when the state directory cannot be written (a
     user without rights there): the build goes on, the image only looks older to prune."""
-    state = state or _state_dir()
+    state = state or base.STATE_DIR
     try:
         state.mkdir(parents=True, exist_ok=True)
         with _locked(state) as record:
             used = _read(record)
             used[tag] = time.time() if now is None else now
-            write_atomic(record, (json.dumps(used, indent=1, sort_keys=True) + "\n").encode())
+            _write(record, used)
     except (OSError, OutputError):
         return False
     return True
@@ -88,7 +86,7 @@ class MachineImage:
 
 def listing(*, state: Path | None = None) -> list[MachineImage]:
     """This machine's toolchain images and runtime bases, least recently used first."""
-    used = _read((state or _state_dir()) / RECORD)
+    used = _read((state or base.STATE_DIR) / RECORD)
     found = [
         MachineImage(tag=i.tag, id=i.id, size=i.size, last_used=used.get(i.tag, i.tagged))
         for i in engine.images_named(REPOSITORIES)
@@ -131,7 +129,7 @@ def prune(days: float, *, dry_run: bool = False, now: float | None = None,
         else:
             removed.append(image)
     if removed:
-        _forget([m.tag for m in removed], state or _state_dir())
+        _forget([m.tag for m in removed], state or base.STATE_DIR)
     return Pruned(removed=removed, kept=kept)
 
 
@@ -141,7 +139,7 @@ def _forget(tags: list[str], state: Path) -> None:
         if any(tag in used for tag in tags):
             for tag in tags:
                 used.pop(tag, None)
-            write_atomic(record, (json.dumps(used, indent=1, sort_keys=True) + "\n").encode())
+            _write(record, used)
 
 
 def gigabytes(size: int) -> str:
