@@ -579,14 +579,18 @@ def count_ccache(stats_log: str) -> dict[str, int]:
     """ccache's stats_log: a block per run ("# FILE", then its counters): hits (direct or
     preprocessed; ``remote_hits`` of them from the shared compiler cache), misses (compiled),
     runs ccache could not cache (links, probes); with a shared cache, the objects sent to it
-    (``sent``) and the runs it failed (``remote_errors``: down, refused, timed out)."""
+    (``sent``), the runs it failed (``remote_errors``: down, refused, timed out) and the compiles
+    that did without it after that (``remote_skipped``: dockerarch-cc's own blocks)."""
     counts = dict.fromkeys(
-        ("hits", "misses", "uncached", "remote_hits", "sent", "remote_errors"), 0
+        ("hits", "misses", "uncached", "remote_hits", "sent", "remote_errors", "remote_skipped"), 0
     )
     blocks = [b for b in ("\n" + stats_log).split("\n# ") if b.strip()]
     for block in blocks:
         lines = block.split("\n")[1:]
         counters = set(lines)
+        if counters - {""} == {"remote_storage_skipped"}:  # not a run of ccache's
+            counts["remote_skipped"] += 1
+            continue
         if counters & {"direct_cache_hit", "preprocessed_cache_hit"}:
             counts["hits"] += 1
             counts["remote_hits"] += "remote_storage_hit" in counters

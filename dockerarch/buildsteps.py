@@ -877,9 +877,12 @@ def _hybrid_counts(job: JobState, toolchain_log: Path) -> tuple[dict[str, int], 
                 f"{cached['sent']} objects sent"
                 + (" (read-only)" if remote.config.read_only else ""))  # fmt: skip
         if cached["remote_errors"]:
+            rest = cached["remote_skipped"]
             job.say(f"warning: the shared compiler cache failed {cached['remote_errors']} "
                     "compiles' lookups or writes (down, refused or too slow): they were compiled "
-                    "or kept here")  # fmt: skip
+                    "or kept here"
+                    + (f"; the build's {rest} later compiles did not ask it again" if rest else "")
+                    )  # fmt: skip
     by = ", ".join(f"{program} {n}" for program, n in starters.items())
     job.say(f"hybrid: {counts['compiles']} compiles, {counts['native']} of {counts['runs']} compiler "
             f"runs native (x86-64), {counts['emulated']} under QEMU; "

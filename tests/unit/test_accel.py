@@ -323,7 +323,7 @@ def test_ccaches_stats_log_says_what_came_from_the_cache() -> None:
         "# b.c\ndirect_cache_miss\npreprocessed_cache_hit\n"
         "# \ncalled_for_link\n"
     )
-    none = {"remote_hits": 0, "sent": 0, "remote_errors": 0}
+    none = {"remote_hits": 0, "sent": 0, "remote_errors": 0, "remote_skipped": 0}
     assert accel.count_ccache(log) == {"hits": 2, "misses": 1, "uncached": 1, **none}
     assert accel.count_ccache("") == {"hits": 0, "misses": 0, "uncached": 0, **none}
 
@@ -342,4 +342,18 @@ def test_the_shared_caches_hits_sends_and_failures_are_counted() -> None:
         "# c.c\ndirect_cache_hit\nlocal_storage_hit\n"
     )
     assert accel.count_ccache(log) == {"hits": 2, "misses": 2, "uncached": 0, "remote_hits": 1,
-                                       "sent": 2, "remote_errors": 1}  # fmt: skip
+                                       "sent": 2, "remote_errors": 1, "remote_skipped": 0}  # fmt: skip
+
+
+def test_compiles_after_the_shared_cache_failed_are_counted_apart_from_ccaches_runs() -> None:
+    # dockerarch-cc's block for a compile it ran without the shared cache (it failed this build
+    # earlier), beside that compile's own block from ccache
+    log = (
+        "# a.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\nremote_storage_error\n"
+        "# dockerarch-cc\nremote_storage_skipped\n"
+        "# b.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\n"
+        "# dockerarch-cc\nremote_storage_skipped\n"
+        "# c.c\ndirect_cache_hit\nlocal_storage_hit\n"
+    )
+    assert accel.count_ccache(log) == {"hits": 1, "misses": 2, "uncached": 0, "remote_hits": 0,
+                                       "sent": 0, "remote_errors": 1, "remote_skipped": 2}  # fmt: skip

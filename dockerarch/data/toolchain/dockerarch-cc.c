@@ -23,10 +23,15 @@
  * ccache's compiler_check is the toolchain's digest (the same files give the same keys on every
  * machine, other files never do), and with a team's shared compiler cache (the build secret
  * dockerarch-ccache-remote: "URL|ATTRIBUTES", credentials in the URL) ccache's remote storage is
- * URL/<first 16 hex digits of the digest>: objects of different toolchains never meet.
+ * URL/<first 16 hex digits of the digest>: objects of different toolchains never meet. A shared
+ * cache that fails one compile of a build (down, refusing, too slow: every later compile would
+ * wait for the same timeouts) is not asked again by that build: ccache's per-run counters are
+ * read after each run that used it, and a failure leaves <stats log>.remote-down, after which
+ * compiles use the local cache only, each counted in the stats log ("remote_storage_skipped").
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,36 +116,43 @@ static const char *parent_program(void) {
     return program;
 }
 
-static void record(const char *name, int argc, char **argv) {
-    const char *log = getenv("DOCKERARCH_TOOLCHAIN_LOG");
-    if (log == NULL || *log == '\0') {
-        return;
+/* Appends to a log in one write (O_APPEND: whole lines from parallel runs). */
+static void append(const char *path, const char *text, size_t n) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        if (write(fd, text, n) < 0) { /* a lost log line never fails a compile */ }
+        close(fd);
     }
-    struct utsname uts;
-    if (uname(&uts) != 0) {
-        strcpy(uts.machine, "unknown");
-    }
+}
+
+/* Records the run; returns whether it is a compile (-c). */
+static int record(const char *name, int argc, char **argv) {
     int compiles = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-c") == 0) {
             compiles = 1;
         }
     }
+    const char *log = getenv("DOCKERARCH_TOOLCHAIN_LOG");
+    if (log == NULL || *log == '\0') {
+        return compiles;
+    }
+    struct utsname uts;
+    if (uname(&uts) != 0) {
+        strcpy(uts.machine, "unknown");
+    }
     char line[1024];
     int n = snprintf(line, sizeof line, "%s %s %s %s\n", uts.machine, name,
                      compiles ? "compile" : "other", parent_program());
     if (n < 0) {
-        return;
+        return compiles;
     }
     if ((size_t)n >= sizeof line) {  /* cut, but still one line */
         n = (int)sizeof line - 1;
         line[n - 1] = '\n';
     }
-    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        if (write(fd, line, (size_t)n) < 0) { /* a lost log line never fails a compile */ }
-        close(fd);
-    }
+    append(log, line, (size_t)n);
+    return compiles;
 }
 
 static int report(void) {
@@ -312,22 +324,78 @@ static int farm_given(void) {
     return hosts[0] != '\0' && access(DISTCC, X_OK) == 0;
 }
 
-/* ccache's keys from the toolchain's digest; the shared cache (if given) under it. */
-static void use_toolchain_keys(void) {
-    char id[128], remote[4096], check[160], storage[4300];
+/* ccache's keys from the toolchain's digest; the shared cache (if given) under it, unless it
+ * already failed this build. Returns 1 when the shared cache is to be asked. */
+static int use_toolchain_keys(int compiles) {
+    char id[128], remote[4096], check[160], storage[4300], down[4200];
     read_line(TOOLCHAIN_ID, id, sizeof id);
     if (strlen(id) < 16) {
-        return;
+        return 0;
     }
     snprintf(check, sizeof check, "string:%s", id);
     setenv("CCACHE_COMPILERCHECK", check, 1);
     read_line(CACHE_REMOTE, remote, sizeof remote);
     if (remote[0] == '\0') {
-        return;
+        return 0;
+    }
+    const char *stats = getenv("CCACHE_STATSLOG");
+    if (stats != NULL && *stats != '\0') {
+        snprintf(down, sizeof down, "%s.remote-down", stats);
+        if (access(down, F_OK) == 0) {
+            if (compiles) {
+                static const char skipped[] = "# dockerarch-cc\nremote_storage_skipped\n";
+                append(stats, skipped, sizeof skipped - 1);
+            }
+            return 0;
+        }
     }
     size_t url = strcspn(remote, "|");
     snprintf(storage, sizeof storage, "%.*s/%.16s%s", (int)url, remote, id, remote + url);
     setenv("CCACHE_REMOTE_STORAGE", storage, 1);
+    return stats != NULL && *stats != '\0';
+}
+
+/* ccache ARGS with the shared cache: its counters go to a file of this run's own, then to the
+ * build's stats log; a failure of the shared cache leaves <stats log>.remote-down. */
+static int ccache_watched(char **args) {
+    const char *stats = getenv("CCACHE_STATSLOG");
+    char own[4200], down[4200], counters[65536];
+    snprintf(own, sizeof own, "%s.%d", stats, (int)getpid());
+    snprintf(down, sizeof down, "%s.remote-down", stats);
+    pid_t pid = fork();
+    if (pid < 0) {
+        execv(CCACHE, args);  /* no second process: ccache alone, its counters unread */
+        return 127;
+    }
+    if (pid == 0) {
+        setenv("CCACHE_STATSLOG", own, 1);
+        execv(CCACHE, args);
+        fprintf(stderr, "dockerarch-cc: cannot run %s: %s\n", CCACHE, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ssize_t n = 0;
+    int fd = open(own, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, counters, sizeof counters - 1);
+        close(fd);
+        unlink(own);
+    }
+    if (n > 0) {
+        counters[n] = '\0';
+        append(stats, counters, (size_t)n);
+        if (strstr(counters, "\nremote_storage_error") != NULL
+            || strstr(counters, "\nremote_storage_timeout") != NULL) {
+            append(down, "", 0);
+        }
+    }
+    if (WIFSIGNALED(status)) {
+        signal(WTERMSIG(status), SIG_DFL);
+        kill(getpid(), WTERMSIG(status));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int main(int argc, char **argv) {
@@ -338,7 +406,7 @@ int main(int argc, char **argv) {
     if (strcmp(name, "dockerarch-distcc") == 0) {
         return distribute(argc, argv);
     }
-    record(name, argc, argv);
+    int compiles = record(name, argc, argv);
     const char *compiler = real_compiler(name);
     const char *use_ccache = getenv("DOCKERARCH_CCACHE");
     int farm = farm_given();
@@ -346,7 +414,7 @@ int main(int argc, char **argv) {
         if (farm) {  /* ccache in front: only what it must compile goes to the farm */
             setenv("CCACHE_PREFIX", DISTCC_PREFIX, 1);
         }
-        use_toolchain_keys();
+        int shared = use_toolchain_keys(compiles);
         char **args = calloc((size_t)argc + 2, sizeof *args);
         if (args == NULL) {
             return 127;
@@ -355,6 +423,9 @@ int main(int argc, char **argv) {
         args[1] = (char *)compiler;
         for (int i = 1; i < argc; i++) {
             args[i + 1] = argv[i];
+        }
+        if (shared) {
+            return ccache_watched(args);
         }
         execv(CCACHE, args);
     }
