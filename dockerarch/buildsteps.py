@@ -481,13 +481,18 @@ def runtime_image(job: JobState) -> None:
     request = job.request
     job.image_tag = image_tag(request, job.target)
     verified = _verified_copy(job.landing, job.reports, job.work)
-    known = {"DOCKERARCH_NEEDS": " ".join(job.needs_apt)} if job.needs_apt else None
+    # what is already known to be needed: the set's wheels installed with the artifacts need
+    # (their builds found it), and the artifacts' own (this build's earlier run)
+    known = sorted({*request.runtime_needs, *job.needs_apt})
     spec = BuildSpec(
         context_dir=job.context, platform=request.target.platform, stage="runtime",
         load_tag=job.image_tag, secrets=job.options.secrets, cache=True,
         node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
-        build_args=known,  # what is already known to be needed (a wheel set's members' builds)
+        build_args={"DOCKERARCH_NEEDS": " ".join(known)} if known else None,
     )  # fmt: skip
+    if request.runtime_needs:
+        job.say(f"runtime image: with {' '.join(request.runtime_needs)}, which the set's wheels "
+                "installed with it need")  # fmt: skip
     stream(job, spec, "runtime image")
     missing = _missing_libraries(job, spec)
     if missing:
@@ -495,17 +500,20 @@ def runtime_image(job: JobState) -> None:
         sonames = ", ".join(sorted({m.soname for m in missing}))
         job.say(f"the artifacts need {sonames}, which the base lacks: installing "
                 f"{' '.join(job.needs_apt)} in the runtime image")  # fmt: skip
-        spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(job.needs_apt)})
+        known = sorted({*request.runtime_needs, *job.needs_apt})
+        spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(known)})
         stream(job, spec, "runtime image")
         still = _missing_libraries(job, spec)
         if still:
             raise VerificationError(
                 f"{still[0].path} still cannot find {still[0].soname} in {job.image_tag} after "
-                f"installing {' '.join(job.needs_apt)}",
+                f"installing {' '.join(known)}",
                 fix="See build.log; the package that shipped it in the build stage does not put "
                 "it where the loader looks at run time.",
             )
-        job.say(f"on a board: apt install {' '.join(job.needs_apt)}")
+    board = sorted({*request.runtime_needs, *job.needs_apt})
+    if board:
+        job.say(f"on a board: apt install {' '.join(board)}")
     found = job.engine.image_labels(job.image_tag, job.route.context)
     job.image_id = found[0] if found else None
 

@@ -48,6 +48,9 @@ class RenderRequest:
     # A wheel set's member whose runtime image installs the whole set (every other board package
     # is in its run-time closure): those wheels, whose libraries and modules its checks cover too
     installed_with: tuple[ArtifactReport, ...] = ()
+    # A wheel set's member: the target's packages that the set's wheels its runtime image installs
+    # with it need (their own builds found them: scipy's libopenblas0-pthread for lightgbm)
+    runtime_needs: tuple[str, ...] = ()
 
     @property
     def built_options(self) -> dict[str, str]:

@@ -270,7 +270,17 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
                                version=spec.version or "any", wheelset=context,
-                               installed_with=installed_with(made, key))  # fmt: skip
+                               installed_with=installed_with(made, key),
+                               runtime_needs=runtime_needs(made, key))  # fmt: skip
+
+
+def runtime_needs(made: TargetSet, key: str) -> tuple[str, ...]:
+    """The target's packages the wheels of ``key``'s run-time closure need (what their builds
+    installed in their runtime images: ``needs_apt``), which ``key``'s runtime image installs them
+    with: its build stage never linked against those libraries, so it cannot name the packages."""
+    found = {str(p) for other in runtime_closure(made, key)
+             for p in (made.members[other].record or {}).get("needs_apt") or []}  # type: ignore[attr-defined]  # fmt: skip
+    return tuple(sorted(found))
 
 
 def installed_with(made: TargetSet, key: str) -> tuple[ArtifactReport, ...]:

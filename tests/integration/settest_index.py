@@ -8,6 +8,8 @@
 - ``dockerarch-settest-broken``: an sdist whose C code does not compile;
 - ``dockerarch-settest-f``: a C extension calling a Fortran routine, compiled with $FC (the
   hybrid build's gfortran) and linked with libgfortran, as scipy's are;
+- ``dockerarch-settest-g``: pure Python that needs f at run time (imports it), as LightGBM needs
+  scipy: its runtime image installs f with it, so it needs f's libgfortran5 too;
 - ``dockerarch-settest-d``: pure Python whose setup.py asks for c at build time
   (setup_requires: a build requirement only its build knows, as opencv-python's cmake).
 - ``dockerarch-settest-cf``: a cffi API-mode module (cffi, from pip's default index, is its build
@@ -35,6 +37,7 @@ from pathlib import Path
 A, B, C, BROKEN, F, D, CF = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
                              "dockerarch-settest-broken", "dockerarch-settest-f",
                              "dockerarch-settest-d", "dockerarch-settest-cf")  # fmt: skip
+G = "dockerarch-settest-g"
 
 A_SETUP = """\
 import os, secrets
@@ -200,6 +203,10 @@ def write_index(root: Path) -> dict[str, Path]:
         CF: sdist(files_dir, CF, {"pyproject.toml": _pyproject(CF, ["setuptools", "cffi"], ["cffi"]),
                                   "PKG-INFO": _pkg_info(CF, ["cffi"]), "setup.py": CF_SETUP,
                                   "cf_pkg/__init__.py": "from cf_pkg._cf import lib\n"}),
+        G: sdist(files_dir, G, {"pyproject.toml": _pyproject(G, ["setuptools"], [F]),
+                                "PKG-INFO": _pkg_info(G, [F]),
+                                "setup.py": "from setuptools import setup\nsetup(packages=['g_pkg'])\n",
+                                "g_pkg/__init__.py": "from f_pkg import dot\n"}),
         D: sdist(files_dir, D, {"pyproject.toml": _pyproject(D, ["setuptools"], []),
                                 "PKG-INFO": _pkg_info(D, []), "setup.py": D_SETUP,
                                 "d_pkg/__init__.py": "VALUE = 'd'\n"}),

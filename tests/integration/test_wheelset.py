@@ -21,7 +21,7 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import BROKEN, A, B, C, D, F, serve, write_index
+from tests.integration.settest_index import BROKEN, A, B, C, D, G, serve, write_index
 
 pytestmark = pytest.mark.integration
 
@@ -348,41 +348,41 @@ def test_the_user_s_own_tests_run_on_the_target_with_the_set(
 
 def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_path: Path) -> None:
     """A member with Fortran code (as scipy has): the grafted cross gfortran compiles it behind
-    the same wrapper, natively; libgfortran5 is installed on the board for it."""
-    done = build_set(index, tmp_path, f"{F}\n", "--name", "fortran")
+    the same wrapper, natively; libgfortran5 is installed on the board for it. A package that
+    needs it at run time (as LightGBM needs scipy) gets libgfortran5 in its runtime image too:
+    its own build never linked against it, the Fortran member's build found it."""
+    done = build_set(index, tmp_path, f"{G}\n", "--name", "fortran")
     assert done.returncode == 0, done.stderr[-4000:]
-    manifest = json.loads(
-        (tmp_path / "debian-armv7" / "dockerarch_settest_f-1.0" / "manifest.json").read_text()
-    )
+    results = tmp_path / "debian-armv7"
+    manifest = json.loads((results / "dockerarch_settest_f-1.0" / "manifest.json").read_text())
     hybrid = manifest["hybrid"]
     assert hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"] >= 2  # gfortran and gcc
     assert (
         hybrid["compiles"] >= 2
     )  # the Fortran file (its setup.py compiles it with $FC) and the C one
     assert "libgfortran5" in manifest["needs_apt"]
-    sets = json.loads(
-        (tmp_path / "debian-armv7" / "sets" / "fortran" / "manifest.json").read_text()
-    )
+    user = json.loads((results / "dockerarch_settest_g-1.0" / "manifest.json").read_text())
+    assert user["needs_apt"] == [] and user["smoke"]  # its import loaded f's libgfortran
+    text = said(done)
+    assert "with libgfortran5, which the set's wheels installed with it need" in text, text[-3000:]
+    sets = json.loads((results / "sets" / "fortran" / "manifest.json").read_text())
     assert "libgfortran5" in sets["needs_apt"]
     ran = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network", "none",
                           "dockerarch/fortran:set-debian-armv7", "python3", "-c",
-                          "import f_pkg; print(f_pkg.dot())"],
+                          "import g_pkg; print(g_pkg.dot())"],
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "-3.5"  # 1.5*2 - 2*0.25 - 4*1.5
-    # One board package built in this run: its runtime image, installed from the set alone and
-    # imported, is the set's image, tagged and not installed a second time.
+    # The package and its closure are the whole set: its runtime image, installed from the set
+    # and imported, is the set's image, tagged and not installed a second time.
     assert "not installed again" in done.stderr
     assert "installing it from itself alone" not in done.stderr
     ids = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}",
-                          manifest["image"]["tag"], "dockerarch/fortran:set-debian-armv7"],
+                          user["image"]["tag"], "dockerarch/fortran:set-debian-armv7"],
                          capture_output=True, text=True, timeout=60, check=True).stdout.split()  # fmt: skip
-    assert ids[0] == ids[1] == manifest["image"]["id"]
-    assert (
-        manifest["image"]["tag"]
-        in (tmp_path / "debian-armv7" / "sets" / "fortran" / "check.log").read_text()
-    )
-    assert sets["installed_check"] == manifest["smoke"]
+    assert ids[0] == ids[1] == user["image"]["id"]
+    assert user["image"]["tag"] in (results / "sets" / "fortran" / "check.log").read_text()
+    assert sets["installed_check"] == user["smoke"]
 
 
 def test_a_build_requirement_only_the_build_asks_for_is_added_and_the_member_built_again(

@@ -618,6 +618,28 @@ def test_a_set_that_is_one_built_package_and_its_closure_is_that_package_s_runti
     assert wheelset.set_runtime_image(made, wanted, "local") is None
 
 
+def test_a_member_s_runtime_image_gets_the_packages_its_closure_s_wheels_need(
+    tmp_path: Path,
+) -> None:
+    # `build wheel --package lightgbm` on armv7: numpy and scipy built first, scipy's runtime
+    # image needed libopenblas0-pthread and libgfortran5 (its build linked against them).
+    # lightgbm's runtime image installs scipy with it; lightgbm's build stage never saw those
+    # libraries, so the packages come from scipy's record, not from lightgbm's build.
+    request = plan("wheel", arch="armv7", target=None, version=None, package="lightgbm",
+                   settings={})[0]  # fmt: skip
+    scipy_needs = {"needs_apt": ["libopenblas0-pthread", "libgfortran5"]}
+    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "lightgbm==1.0": _set_member("lightgbm", requires=("numpy", "scipy")),
+        "scipy==1.0": _set_member("scipy", requires=("numpy",), record=scipy_needs),
+        "numpy==1.0": _set_member("numpy", record={"needs_apt": []}),
+        "pillow==1.0": _set_member("pillow", record={"needs_apt": ["libjpeg62-turbo"]}),  # not lightgbm's
+        "cmake==1.0": _set_member("cmake", runtime=False, sdist=False),  # a build requirement
+    })  # fmt: skip
+    assert wheelset.runtime_needs(made, "lightgbm==1.0") == ("libgfortran5", "libopenblas0-pthread")
+    assert wheelset.runtime_needs(made, "scipy==1.0") == ()  # numpy needs nothing
+    assert wheelset.runtime_needs(made, "pillow==1.0") == ()
+
+
 def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_indexes(
     tmp_path: Path,
 ) -> None:
