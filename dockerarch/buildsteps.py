@@ -481,9 +481,7 @@ def runtime_image(job: JobState) -> None:
     request = job.request
     job.image_tag = image_tag(request, job.target)
     verified = _verified_copy(job.landing, job.reports, job.work)
-    # what is already known to be needed: the set's wheels installed with the artifacts need
-    # (their builds found it), and the artifacts' own (this build's earlier run)
-    known = sorted({*request.runtime_needs, *job.needs_apt})
+    known = _runtime_packages(job)
     spec = BuildSpec(
         context_dir=job.context, platform=request.target.platform, stage="runtime",
         load_tag=job.image_tag, secrets=job.options.secrets, cache=True,
@@ -500,7 +498,7 @@ def runtime_image(job: JobState) -> None:
         sonames = ", ".join(sorted({m.soname for m in missing}))
         job.say(f"the artifacts need {sonames}, which the base lacks: installing "
                 f"{' '.join(job.needs_apt)} in the runtime image")  # fmt: skip
-        known = sorted({*request.runtime_needs, *job.needs_apt})
+        known = _runtime_packages(job)
         spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(known)})
         stream(job, spec, "runtime image")
         still = _missing_libraries(job, spec)
@@ -511,11 +509,16 @@ def runtime_image(job: JobState) -> None:
                 fix="See build.log; the package that shipped it in the build stage does not put "
                 "it where the loader looks at run time.",
             )
-    board = sorted({*request.runtime_needs, *job.needs_apt})
-    if board:
-        job.say(f"on a board: apt install {' '.join(board)}")
+    if known:
+        job.say(f"on a board: apt install {' '.join(known)}")
     found = job.engine.image_labels(job.image_tag, job.route.context)
     job.image_id = found[0] if found else None
+
+
+def _runtime_packages(job: JobState) -> list[str]:
+    """The target's packages the runtime image installs before the artifacts: those the set's
+    wheels installed with them need (their builds found them), and the artifacts' own."""
+    return sorted({*job.request.runtime_needs, *job.needs_apt})
 
 
 def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing]:

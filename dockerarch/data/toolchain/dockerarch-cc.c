@@ -309,10 +309,8 @@ static int distribute(int argc, char **argv) {
         char out[1536];
         int n = snprintf(out, sizeof out, "%s %s%s%s\n", place, code == 0 ? "ok" : "failed",
                          failed[0] ? " retried-after " : "", failed);
-        int lf = open(farm_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (lf >= 0 && n > 0) {
-            if (write(lf, out, (size_t)n) < 0) { /* a lost log line never fails a compile */ }
-            close(lf);
+        if (n > 0) {
+            append(farm_log, out, (size_t)n < sizeof out ? (size_t)n : sizeof out - 1);
         }
     }
     return code;
@@ -322,6 +320,11 @@ static int farm_given(void) {
     char hosts[16];
     read_line(FARM_HOSTS, hosts, sizeof hosts);
     return hosts[0] != '\0' && access(DISTCC, X_OK) == 0;
+}
+
+/* The file that says the shared cache failed this build: beside the build's stats log. */
+static void remote_down_path(const char *stats, char *out, size_t size) {
+    snprintf(out, size, "%s.remote-down", stats);
 }
 
 /* ccache's keys from the toolchain's digest; the shared cache (if given) under it, unless it
@@ -340,7 +343,7 @@ static int use_toolchain_keys(int compiles) {
     }
     const char *stats = getenv("CCACHE_STATSLOG");
     if (stats != NULL && *stats != '\0') {
-        snprintf(down, sizeof down, "%s.remote-down", stats);
+        remote_down_path(stats, down, sizeof down);
         if (access(down, F_OK) == 0) {
             if (compiles) {
                 static const char skipped[] = "# dockerarch-cc\nremote_storage_skipped\n";
@@ -361,7 +364,7 @@ static int ccache_watched(char **args) {
     const char *stats = getenv("CCACHE_STATSLOG");
     char own[4200], down[4200], counters[65536];
     snprintf(own, sizeof own, "%s.%d", stats, (int)getpid());
-    snprintf(down, sizeof down, "%s.remote-down", stats);
+    remote_down_path(stats, down, sizeof down);
     pid_t pid = fork();
     if (pid < 0) {
         execv(CCACHE, args);  /* no second process: ccache alone, its counters unread */
