@@ -94,6 +94,9 @@ _COMPILER_PACKAGES = re.compile(
     r"^(build-essential|gcc|g\+\+|cpp|gfortran|binutils|ccache|(gcc|g\+\+|cpp|gfortran)-\d+)$"
 )
 REPLACEMENTS = ("libc6-dev", "make", "patch", "libatomic1")
+# A build compiles Fortran when its apt packages include gfortran (a recipe's, or the one a
+# source tree's build system declares: recipes.declared_compilers).
+_FORTRAN = re.compile(r"^gfortran(-\d+)?$")
 # A recipe asks for a compiler when its apt packages include one of these.
 _ASKS_FOR_COMPILER = re.compile(r"^(build-essential|gcc|g\+\+|(gcc|g\+\+)-\d+)$")
 
@@ -243,6 +246,8 @@ def decide(
         fortran_package(toolchain.triplet, toolchain.gcc), toolchain_base.suite
     )
     toolchain = dataclasses.replace(toolchain, fortran=fortran)
+    if not fortran and any(_FORTRAN.match(p) for p in recipe.apt):
+        missing.append(fortran_package(toolchain.triplet, toolchain.gcc))  # its Fortran needs it
     if missing:
         return Decision(
             accel="qemu",

@@ -8,6 +8,7 @@ checked against the recipe's patterns here, before anything is rendered.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
@@ -77,6 +78,45 @@ class PackageSpec:
     def dist_name(self) -> str:
         """The name as wheel files spell it (PEP 427: runs of -_. become _)."""
         return re.sub(r"[-_.]+", "_", self.name).lower()
+
+
+# What a source tree's own build system declares it compiles besides C and C++, in the files a
+# PEP 517 backend configures (meson-python: meson.build; scikit-build-core and CMake-driven
+# setup.py: CMakeLists.txt), and the Debian package of that compiler. Only the top-level file,
+# comments left out: numpy's sdist carries Fortran in its f2py documentation and meson's own test
+# cases, scipy's meson.build says add_languages('fortran'). Optional languages (meson's
+# `required: false`, CMake's OPTIONAL) are not needs.
+_MESON_CALL = re.compile(r"\b(project|add_languages)\s*\(([^)]*)\)", re.S)
+_CMAKE_CALL = re.compile(r"\b(project|enable_language)\s*\(([^)]*)\)", re.S | re.I)
+_LANGUAGE_PACKAGES = {"fortran": "gfortran"}
+
+
+def declared_compilers(tree: Path) -> dict[str, str]:
+    """{Debian package: where the tree declares it} for the compilers beyond C and C++ that
+    ``tree``'s build system asks for (gfortran for meson's add_languages('fortran'))."""
+    found: dict[str, str] = {}
+    for name, call in (("meson.build", _MESON_CALL), ("CMakeLists.txt", _CMAKE_CALL)):
+        try:
+            text = (tree / name).read_text(errors="replace")
+        except OSError:
+            continue
+        code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+        for match in call.finditer(code):
+            args = match.group(2)
+            if re.search(r"\brequired\s*:\s*false\b|\bOPTIONAL\b", args):
+                continue
+            for language, package in _LANGUAGE_PACKAGES.items():
+                if re.search(rf"\b{language}\b", args, re.I):
+                    found.setdefault(package, f"{name}: {match.group(1)}({' '.join(args.split())})")
+    return found
+
+
+def with_declared_compilers(recipe: Recipe, tree: Path) -> Recipe:
+    """``recipe`` with the compilers ``tree`` declares (declared_compilers) among its apt
+    packages: installed where the build has no compiler for them, as a native amd64 build or one
+    under plain QEMU (a hybrid build grafts the cross gfortran in their place: accel)."""
+    more = tuple(p for p in declared_compilers(tree) if p not in recipe.apt)
+    return dataclasses.replace(recipe, apt=recipe.apt + more) if more else recipe
 
 
 def local_package(path: Path) -> PackageSpec:

@@ -258,7 +258,12 @@ def plan(
 
     Nothing is rendered before every value passed its recipe's checks.
     """
-    from dockerarch.recipes import find_recipe, load_recipes, parse_package_spec
+    from dockerarch.recipes import (
+        find_recipe,
+        load_recipes,
+        parse_package_spec,
+        with_declared_compilers,
+    )
     from dockerarch.targets import load_targets, select_targets
 
     recipe = find_recipe(load_recipes(), recipe_name)
@@ -278,6 +283,8 @@ def plan(
             )
         spec = parse_package_spec(package)
         resolved_version = spec.version or "any"
+        if spec.local is not None:
+            recipe = with_declared_compilers(recipe, spec.local)
     else:
         if package is not None:
             raise UsageError(

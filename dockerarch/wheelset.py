@@ -56,7 +56,7 @@ from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import context_name, link_or_copy, make_work_dir, replace_dir, sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
-from dockerarch.recipes import local_package
+from dockerarch.recipes import local_package, with_declared_compilers
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
@@ -264,10 +264,12 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     # dockerarch.native, which the set's pin VERSION admits) to uv: the configure runs natively.
     drivers = tuple(apt for apt, name in DRIVER_WHEELS.items()
                     if name in member.node.build_env and apt not in made.request.recipe.apt)  # fmt: skip
-    # what the distribution is known to need from Debian (data/build-needs.yaml)
+    # what the distribution is known to need from Debian (data/build-needs.yaml), and the
+    # compilers its build system declares (scipy's meson.build: Fortran)
     needs = tuple(p for p in build_needs().get(canonicalize_name(candidate.name), ())
                   if p not in made.request.recipe.apt and p not in drivers)  # fmt: skip
     recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
+    recipe = with_declared_compilers(recipe, tree)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
                                version=spec.version or "any", wheelset=context,
                                installed_with=installed_with(made, key),

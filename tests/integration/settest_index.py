@@ -8,6 +8,9 @@
 - ``dockerarch-settest-broken``: an sdist whose C code does not compile;
 - ``dockerarch-settest-f``: a C extension calling a Fortran routine, compiled with $FC (the
   hybrid build's gfortran) and linked with libgfortran, as scipy's are;
+- ``dockerarch-settest-m``: f's Fortran and C built by meson-python, whose meson.build asks for
+  Fortran as scipy's does (add_languages): its build stage needs a Fortran compiler wherever
+  no cross gfortran is grafted (a native amd64 build, plain QEMU);
 - ``dockerarch-settest-g``: pure Python that needs f at run time (imports it), as LightGBM needs
   scipy: its runtime image installs f with it, so it needs f's libgfortran5 too;
 - ``dockerarch-settest-d``: pure Python whose setup.py asks for c at build time
@@ -37,7 +40,7 @@ from pathlib import Path
 A, B, C, BROKEN, F, D, CF = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
                              "dockerarch-settest-broken", "dockerarch-settest-f",
                              "dockerarch-settest-d", "dockerarch-settest-cf")  # fmt: skip
-G = "dockerarch-settest-g"
+G, M = "dockerarch-settest-g", "dockerarch-settest-m"
 
 A_SETUP = """\
 import os, secrets
@@ -115,6 +118,25 @@ static PyMethodDef methods[] = {{"dot", dot, METH_NOARGS, NULL}, {NULL, NULL, 0,
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_f", NULL, -1, methods};
 PyMODINIT_FUNC PyInit__f(void) { return PyModule_Create(&module); }
 """
+
+
+M_MESON = """\
+project('dockerarch-settest-m', 'c', version: '1.0')
+add_languages('fortran', native: false)
+py = import('python').find_installation(pure: false)
+py.extension_module('_m', ['m_pkg/_m.c', 'm_pkg/dot.f90'], install: true, subdir: 'm_pkg')
+py.install_sources(['m_pkg/__init__.py'], subdir: 'm_pkg')
+"""
+M_PYPROJECT = """\
+[build-system]
+requires = ["meson-python"]
+build-backend = "mesonpy"
+
+[project]
+name = "dockerarch-settest-m"
+version = "1.0"
+"""
+M_C = F_C.replace('"_f"', '"_m"').replace("PyInit__f", "PyInit__m")
 
 
 D_SETUP = """\
@@ -207,6 +229,9 @@ def write_index(root: Path) -> dict[str, Path]:
                                 "PKG-INFO": _pkg_info(G, [F]),
                                 "setup.py": "from setuptools import setup\nsetup(packages=['g_pkg'])\n",
                                 "g_pkg/__init__.py": "from f_pkg import dot\n"}),
+        M: sdist(files_dir, M, {"pyproject.toml": M_PYPROJECT, "PKG-INFO": _pkg_info(M, []),
+                                "meson.build": M_MESON, "m_pkg/__init__.py": "from m_pkg._m import dot\n",
+                                "m_pkg/dot.f90": F_DOT, "m_pkg/_m.c": M_C}),
         D: sdist(files_dir, D, {"pyproject.toml": _pyproject(D, ["setuptools"], []),
                                 "PKG-INFO": _pkg_info(D, []), "setup.py": D_SETUP,
                                 "d_pkg/__init__.py": "VALUE = 'd'\n"}),

@@ -21,7 +21,7 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import BROKEN, A, B, C, D, G, serve, write_index
+from tests.integration.settest_index import BROKEN, A, B, C, D, G, M, serve, write_index
 
 pytestmark = pytest.mark.integration
 
@@ -35,13 +35,13 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def build_set(
-    index: str, out: Path, requirements: str, *extra: str
+    index: str, out: Path, requirements: str, *extra: str, arch: str = "armv7"
 ) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True, exist_ok=True)
     req = out / "requirements.txt"
     req.write_text(requirements)
     return dockerarch("build", "wheel", "-r", str(req), "--index-url", index, "--extra-index-url",
-                      default_index(), "--arch", "armv7", "--out", str(out), "--progress", "plain",
+                      default_index(), "--arch", arch, "--out", str(out), "--progress", "plain",
                       *extra, timeout=1800)  # fmt: skip
 
 
@@ -383,6 +383,28 @@ def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_pa
     assert ids[0] == ids[1] == user["image"]["id"]
     assert user["image"]["tag"] in (results / "sets" / "fortran" / "check.log").read_text()
     assert sets["installed_check"] == user["smoke"]
+
+
+def test_a_meson_package_asking_for_fortran_builds_natively_for_amd64(
+    index: str, tmp_path: Path
+) -> None:
+    """scipy's case: its meson.build asks for Fortran, and a native amd64 build stage had gcc
+    and g++ only (meson: "Unknown compiler(s): [['gfortran']...]", exit 6, so no like-for-like
+    amd64 build of a set with scipy). The build system's declaration puts gfortran in the
+    build stage; the wheel's libgfortran is found and installed where it runs."""
+    done = build_set(index, tmp_path, f"{M}\n", "--name", "mesonfortran", arch="amd64")
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = tmp_path / "debian-amd64" / "dockerarch_settest_m-1.0"
+    manifest = json.loads((result / "manifest.json").read_text())
+    assert "libgfortran5" in manifest["needs_apt"] and manifest["smoke"]
+    (wheel,) = result.glob("*.whl")
+    assert wheel.name.endswith("-linux_x86_64.whl")
+    ran = subprocess.run(["docker", "run", "--rm", "--network", "none",
+                          "dockerarch/mesonfortran:set-debian-amd64", "python3", "-c",
+                          "import m_pkg; print(m_pkg.dot())"],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "-3.5"
 
 
 def test_a_build_requirement_only_the_build_asks_for_is_added_and_the_member_built_again(

@@ -67,6 +67,23 @@ def test_a_missing_cross_compiler_falls_back_to_plain_qemu_saying_why() -> None:
     assert "plain QEMU" in decision.note
 
 
+def test_fortran_without_debian_s_cross_gfortran_builds_plain_saying_why() -> None:
+    """A build that compiles Fortran (gfortran among its packages: scipy's meson.build asks for
+    it) cannot be hybrid where Debian has no cross gfortran of the target's gcc: the grafted
+    toolchain would have none, and the ARM one is left out of a hybrid build stage."""
+    recipe = dataclasses.replace(RECIPES["wheel"], apt=(*RECIPES["wheel"].apt, "gfortran"))
+    no_fortran = lambda package, _suite: not package.startswith("gfortran-")  # noqa: E731
+    decision = accel.decide(TARGETS["pynq-z1"], recipe, requested="hybrid", route_accel="qemu",
+                            toolchain_base=AMD64, cross_available=no_fortran)  # fmt: skip
+    assert decision.accel == "qemu" and decision.toolchain is None
+    assert "has no gfortran-11-arm-linux-gnueabihf" in decision.note
+    # C and C++ only: hybrid all the same, without the cross gfortran
+    plain_c = accel.decide(TARGETS["pynq-z1"], RECIPES["wheel"], requested="hybrid",
+                           route_accel="qemu", toolchain_base=AMD64, cross_available=no_fortran)  # fmt: skip
+    assert plain_c.accel == "hybrid" and plain_c.toolchain is not None
+    assert not plain_c.toolchain.fortran
+
+
 def test_a_recipe_that_needs_the_arm_compiler_builds_plain() -> None:
     recipe = dataclasses.replace(
         RECIPES["qpulib"],

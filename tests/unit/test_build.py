@@ -10,7 +10,7 @@ import pytest
 from dockerarch import build, steps
 from dockerarch.errors import UsageError
 from dockerarch.files import replace_dir
-from dockerarch.recipes import parse_package_spec
+from dockerarch.recipes import declared_compilers, parse_package_spec
 
 LOG = """\
 #1 [internal] load build definition from Dockerfile
@@ -121,6 +121,41 @@ def test_bad_local_sources_are_refused(pyproject: str | None, message: str, tmp_
         (tmp_path / "pyproject.toml").write_text(pyproject)
     with pytest.raises(UsageError, match=message):
         parse_package_spec(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "found"),
+    [
+        # scipy 1.17's meson.build, its project() line names only C, C++ and Cython
+        ("meson.build", "project('scipy', 'c', 'cpp', 'cython',\n  version: '1.17.1')\n"
+         "add_languages('fortran', native: false)\n", "meson.build: add_languages('fortran', native: false)"),
+        ("meson.build", "project('m', 'c', 'fortran', version: '1.0')\n", "meson.build: project('m', 'c', 'fortran', version: '1.0')"),
+        ("meson.build", "project('m', 'c')\nif add_languages('fortran', required: false)\nendif\n", None),
+        ("meson.build", "project('m', 'c')\n# add_languages('fortran')\n", None),
+        ("CMakeLists.txt", "cmake_minimum_required(VERSION 3.15)\nproject(x LANGUAGES C Fortran)\n", "CMakeLists.txt: project(x LANGUAGES C Fortran)"),
+        ("CMakeLists.txt", "project(x C)\nENABLE_LANGUAGE(Fortran)\n", "CMakeLists.txt: ENABLE_LANGUAGE(Fortran)"),
+        ("CMakeLists.txt", "project(x C)\nenable_language(Fortran OPTIONAL)\n", None),
+        ("CMakeLists.txt", "project(lightgbm LANGUAGES C CXX)\n", None),
+    ],
+)  # fmt: skip
+def test_a_tree_s_build_system_names_the_compilers_it_needs_beyond_c(
+    name: str, text: str, found: str | None, tmp_path: Path
+) -> None:
+    """A native or plain-QEMU build stage has gcc and g++ only: scipy's meson.build asks for
+    Fortran, so its build stage needs gfortran (without it: meson's 'Unknown compiler(s)')."""
+    (tmp_path / name).write_text(text)
+    assert declared_compilers(tmp_path) == ({"gfortran": found} if found else {})
+
+
+def test_fortran_sources_a_build_does_not_declare_are_not_a_need(tmp_path: Path) -> None:
+    """numpy's sdist carries Fortran in f2py's documentation and tests and in meson's own test
+    cases (each with a meson.build asking for Fortran): only the top-level file is the build's."""
+    for sub in ("doc/source/f2py/code", "vendored-meson/meson/test cases/fortran/1 basic"):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / "meson.build").write_text("project('t', 'fortran')\n")
+        (tmp_path / sub / "add.f").write_text("      subroutine add\n      end\n")
+    (tmp_path / "meson.build").write_text("project('NumPy', 'c', 'cpp', 'cython')\n")
+    assert declared_compilers(tmp_path) == {}
 
 
 def test_a_new_result_replaces_the_old_one_whole(tmp_path: Path) -> None:

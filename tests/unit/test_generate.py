@@ -269,6 +269,37 @@ def test_a_local_tree_is_built_with_uv_in_hybrid_builds() -> None:
     )
 
 
+def _build_stage_words(text: str) -> set[str]:
+    """The words of the build stage's continued lines (its apt step lists one package a line)."""
+    build = text.split(" AS build\n", 1)[1].split("\nFROM ", 1)[0]
+    return {line.strip().removesuffix("\\").strip() for line in build.splitlines()
+            if line.startswith("        ")}  # fmt: skip
+
+
+def test_a_tree_that_declares_fortran_gets_gfortran_where_no_cross_gfortran_is_grafted(
+    tmp_path: Path,
+) -> None:
+    """A native amd64 build and a plain-QEMU one install gfortran for a meson package asking
+    for Fortran (scipy: 'Unknown compiler(s)' without it); a hybrid build grafts the cross
+    gfortran instead and installs no ARM compiler."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["meson-python"]\nbuild-backend = "mesonpy"\n\n'
+        '[project]\nname = "fortran-ext"\nversion = "1.0"\n'
+    )
+    (tmp_path / "meson.build").write_text("project('fortran-ext', 'c')\nadd_languages('fortran')\n")
+    package = str(tmp_path)
+    native = _build_stage_words(_render("wheel", "debian-amd64", package=package))
+    plain = _build_stage_words(_render("wheel", "debian-armv7", "none", package=package))
+    assert "gfortran" in native and "gfortran" in plain
+    hybrid = _render("wheel", "debian-armv7", package=package)
+    assert "gfortran" not in _build_stage_words(hybrid) and "python3-dev" in _build_stage_words(
+        hybrid
+    )
+    assert "gfortran-12-arm-linux-gnueabihf" in hybrid  # the toolchain stage's
+    c_only = _render("wheel", "debian-armv7", "none", package=str(GOLDEN.parent / "cext"))
+    assert "gfortran" not in c_only
+
+
 @pytest.mark.parametrize(("recipe", "target"), COMBINATIONS)
 def test_uv_is_pointed_only_at_wheels_the_build_fetches(recipe: str, target: str) -> None:
     """uv refuses to build at all when its --find-links directory is missing (a wheel recipe
