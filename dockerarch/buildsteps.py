@@ -665,6 +665,9 @@ def write_manifest(job: JobState) -> None:
         "artifacts": [r.as_dict() for r in job.reports],
         # a wheel set's other wheels its runtime image installed, and its checks covered
         "installed_with": [r.name for r in request.installed_with] or None,
+        # the target's packages its runtime image installed for the set's wheels it installs
+        # with (their builds found them): on a board, they come with those wheels' needs_apt
+        "runtime_needs": list(request.runtime_needs) or None,
         "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
         "accel": job.decision.accel,
         "hybrid": job.hybrid,

@@ -363,6 +363,7 @@ def test_fortran_builds_hybrid_with_every_compiler_run_native(index: str, tmp_pa
     assert "libgfortran5" in manifest["needs_apt"]
     user = json.loads((results / "dockerarch_settest_g-1.0" / "manifest.json").read_text())
     assert user["needs_apt"] == [] and user["smoke"]  # its import loaded f's libgfortran
+    assert "libgfortran5" in user["runtime_needs"]  # installed for f, said in g's manifest
     text = said(done)
     assert "with libgfortran5, which the set's wheels installed with it need" in text, text[-3000:]
     sets = json.loads((results / "sets" / "fortran" / "manifest.json").read_text())
