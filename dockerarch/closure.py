@@ -41,7 +41,7 @@ from packaging.utils import (
 from packaging.version import Version
 from resolvelib import AbstractProvider
 
-from dockerarch import simple_api
+from dockerarch import localtree, simple_api
 from dockerarch.errors import DockerarchError
 from dockerarch.files import sha256_file
 from dockerarch.pyenv import PythonTarget
@@ -88,9 +88,17 @@ class Indexes:
         self.cache = cache
         self.session = session or requests.Session()
         self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
+        self.directories = wants.directories
 
     def files(self, name: str) -> tuple[str, list[IndexFile]]:
-        """(index URL, files) of project ``name`` from the first index that has it."""
+        """(index URL, files) of project ``name`` from the first index that has it; a project
+        given as a directory has its tree's sdist only (the indexes are not asked)."""
+        if name not in self._pages and name in self.directories:
+            tree = self.directories[name]
+            _, sdist = localtree.pack(tree, self.cache)
+            file = IndexFile(filename=sdist.name, url=sdist.as_uri(),
+                             hashes={"sha256": sdist.parent.name})  # fmt: skip
+            self._pages[name] = (f"directory {tree}", [file])
         if name not in self._pages:
             found: tuple[str, list[IndexFile]] = ("", [])
             for index in self.urls:

@@ -5,9 +5,11 @@ The format is pip's: one requirement a line (PEP 508, markers included), ``#`` c
 continuations, per-line ``--hash=sha256:...``, and the options ``-r``/``--requirement``,
 ``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url``, ``--require-hashes`` and
 ``--no-binary`` (comma-separated names, ``:all:``, ``:none:``; as pip takes it).
-Anything else pip would take (editable installs, URLs, local paths, ``--find-links``) is refused by
-name and line, never ignored: a set that silently lost a line would install something else on the
-board than the file says.
+A line may also be a project's directory (``./my_ext``, ``/src/my_ext``, ``file:///src/my_ext``,
+relative to the current directory as pip takes it): that project, by its static name and version,
+built from the tree as it is (localtree). Anything else pip would take (editable installs, URLs,
+``--find-links``) is refused by name and line, never ignored: a set that silently lost a line
+would install something else on the board than the file says.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidName, canonicalize_name
 
 from dockerarch.errors import UsageError
+from dockerarch.localtree import local_spec
+from dockerarch.recipes import local_package
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +34,7 @@ class Wanted:
     requirement: Requirement
     where: str  # 'requirements.txt:3', or '--package'
     hashes: frozenset[str] = frozenset()  # sha256 hex digests the line allows
+    local: Path | None = None  # a project's directory on this machine: NAME==VERSION from it
 
     @property
     def name(self) -> str:
@@ -50,10 +55,15 @@ class Wants:
     # ALL: every package of the set, not the build tools of their build environments)
     no_binary: set[str] = field(default_factory=set)
 
+    @property
+    def directories(self) -> dict[str, Path]:
+        """{canonical name: directory} of the projects given as directories."""
+        return {w.name: w.local for w in self.requirements if w.local is not None}
+
     def hashes_for(self, name: str) -> frozenset[str] | None:
         """The sha256 digests a file of ``name`` may have (None: any). With --require-hashes a
         requirement without hashes allows none."""
-        if not self.require_hashes:
+        if not self.require_hashes or name in self.directories:  # a directory: its own tree
             return None
         found: set[str] = set()
         for wanted in (*self.requirements, *self.constraints):
@@ -136,8 +146,8 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
             if kind is None:
                 raise _bad(where, f"dockerarch does not take {option} in a requirements file",
                            "A set takes requirements, -r, -c, -i/--index-url, --extra-index-url, "
-                           "--no-binary, --hash and --require-hashes; build a local project with --package "
-                           "./DIR, and put other options on the command line.")  # fmt: skip
+                           "--no-binary, --hash and --require-hashes, and projects by their directory "
+                           "(./DIR); put other options on the command line.")  # fmt: skip
             if not value:
                 if len(rest) != 1:
                     raise _bad(where, f"{option} takes one value", f"Write it as {option} VALUE.")
@@ -177,6 +187,15 @@ def parse_line(text: str, where: str) -> Wanted:
                 "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).",
             )
         hashes.add(found.group(1))
+    local = local_spec(spec)
+    if local is not None:
+        if hashes:
+            raise _bad(where, f"{spec} is a directory, which has no hash to check",
+                       "Remove its --hash options; a directory's sdist is made from the tree "
+                       "each run (its sha256 is in the set's manifest).")  # fmt: skip
+        project = local_package(local)
+        return Wanted(requirement=Requirement(f"{project.name}=={project.version}"), where=where,
+                      local=local)  # fmt: skip
     try:
         requirement = Requirement(spec)
     except InvalidRequirement as exc:
@@ -184,8 +203,9 @@ def parse_line(text: str, where: str) -> Wanted:
                    "Write NAME[EXTRAS]SPECIFIER; MARKER, as pip takes it.") from exc  # fmt: skip
     if requirement.url:
         raise _bad(where, f"'{spec}' names a URL",
-                   "A set is resolved from package indexes; build a local project with "
-                   "--package ./DIR, or publish it to an index (dockerarch upload).")  # fmt: skip
+                   "A set is resolved from package indexes and directories: check the "
+                   "project out and name its directory (./DIR), or publish it to an index "
+                   "(dockerarch upload).")  # fmt: skip
     return Wanted(requirement=requirement, where=where, hashes=frozenset(hashes))
 
 
@@ -221,8 +241,14 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
             "Nothing to build: the requirements given name no package",
             fix="Give -r FILE with requirement lines, or --package NAME.",
         )
+    directories: dict[str, Wanted] = {}
+    for wanted in wants.requirements:
+        other = directories.setdefault(wanted.name, wanted) if wanted.local else None
+        if other is not None and other.local != wanted.local:
+            raise _bad(wanted.where, f"{wanted.name} is {wanted.local}, and {other.local} at "
+                       f"{other.where}", "Name one directory for each project.")  # fmt: skip
     if wants.require_hashes:
-        unhashed = [w for w in wants.requirements if not w.hashes]
+        unhashed = [w for w in wants.requirements if not w.hashes and not w.local]
         if unhashed:
             raise _bad(unhashed[0].where, f"{unhashed[0].requirement} has no --hash, and "
                        "hashes are required (the file has some, or --require-hashes)",

@@ -509,6 +509,8 @@ def set_name(requirement_files: list[Path], packages: list[str]) -> str:
     if requirement_files:
         stem = requirement_files[0].name
         stem = stem[: -len(".txt")] if stem.endswith(".txt") else stem
+    elif packages[0].startswith((".", "/", "~", "file:")):  # a project's directory: its name
+        stem = Path(packages[0].removeprefix("file://")).expanduser().resolve().name
     else:
         stem = re.split(r"[\[<>=!~; ]", packages[0], maxsplit=1)[0]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip(".-") or "set"

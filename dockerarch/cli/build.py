@@ -200,20 +200,24 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
     from dockerarch.errors import UsageError
 
     package = wanted.packages[0] if wanted.packages else None
-    from_index = package is not None and not package.startswith((".", "/", "~"))
-    if recipe == "wheel" and (wanted.requirement_files or from_index):
+    from_index = package is not None and not package.startswith((".", "/", "~", "file:"))
+    set_options = (wanted.test_requires or wanted.test_command or wanted.test_sources
+                   or wanted.no_deps or wanted.no_binary or wanted.index_url
+                   or wanted.extra_index_urls or wanted.constraint_files
+                   or wanted.build_constraint_files or wanted.require_hashes or wanted.name)  # fmt: skip
+    # a directory with a set's options is a set of one: the project with what it needs
+    if recipe == "wheel" and (wanted.requirement_files or from_index
+                              or (package is not None and set_options)):  # fmt: skip
         if push and wanted.requirement_files:
             raise UsageError("--push publishes one package's images; a set from -r has none "
                              "of its own", fix="Publish the set with dockerarch upload wheel -r "
                              "FILE (boards pip install it), or push each package's build.")  # fmt: skip
         return True
-    if (wanted.test_requires or wanted.test_command or wanted.test_sources or wanted.no_deps
-            or wanted.no_binary or wanted.index_url or wanted.extra_index_urls or wanted.constraint_files
-            or wanted.build_constraint_files or wanted.require_hashes or wanted.name):  # fmt: skip
+    if set_options:
         raise UsageError("--no-deps, --no-binary, -c, --build-constraint, --index-url, --extra-index-url, "
                          "--require-hashes, --name and the --test options go with a wheel set: "
-                         "build wheel -r FILE, or --package NAME from an index",
-                         fix="Give -r requirements.txt or a --package spec (not a directory).")  # fmt: skip
+                         "build wheel -r FILE, or --package NAME",
+                         fix="Give -r requirements.txt or a --package spec.")  # fmt: skip
     return False
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import BROKEN, A, B, C, D, G, M, serve, write_index
+from tests.integration.settest_index import B_C, BROKEN, A, B, C, D, G, M, serve, write_index
 
 pytestmark = pytest.mark.integration
 
@@ -424,3 +424,66 @@ def test_a_build_requirement_only_the_build_asks_for_is_added_and_the_member_bui
     how = {d["name"]: (d["how"], d["runtime"]) for d in manifest["distributions"]}
     assert how[C] == ("fetched", False)  # only its build needed it
     assert manifest["installed_check"] == "imported d_pkg"
+
+
+OWN_SETUP = """\
+import a_pkg
+from setuptools import Extension, setup
+setup(packages=["own_pkg"],
+      ext_modules=[Extension("own_pkg._own", ["own_pkg/_own.c"], include_dirs=[a_pkg.get_include()])])
+"""
+OWN_C = B_C.replace('"_b"', '"_own"').replace("PyInit__b", "PyInit__own")
+
+
+def test_a_project_given_by_its_directory_is_built_in_the_set_with_what_it_needs(
+    index: str, built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """The user's own C extension, a line of the requirements file naming its directory: built
+    for the board against the set's a (a's header token in its object code), its dependencies
+    resolved and built once (a reused from the set built before), installed with the set and no
+    compiler; run again unchanged it is not built again, and a changed file is built."""
+    out, _ = built
+    own = tmp_path / "own"
+    (own / "own_pkg").mkdir(parents=True)
+    (own / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "dockerarch-settest-a"]\n'
+        'build-backend = "setuptools.build_meta"\n\n[project]\nname = "dockerarch-settest-own"\n'
+        f'version = "1.0"\ndependencies = ["{A}", "{C}"]\n'
+    )
+    (own / "setup.py").write_text(OWN_SETUP)
+    (own / "own_pkg" / "__init__.py").write_text("from own_pkg._own import a_token_seen\n")
+    (own / "own_pkg" / "_own.c").write_text(OWN_C)
+    (own / "build").mkdir()  # a stale build directory of the user's: left out of the sdist
+    (own / "build" / "stale.o").write_text("not an object")
+
+    done = build_set(index, out, f"{own}\n", "--name", "own")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"{A}==1.0 already built" in done.stderr  # the set's a, built once per target
+    sets = json.loads((out / "debian-armv7" / "sets" / "own" / "manifest.json").read_text())
+    entry = next(e for e in sets["distributions"] if e["name"] == "dockerarch-settest-own")
+    assert entry["how"] == "built" and entry["sdist"]["url"].startswith("file://")
+    assert {e["name"] for e in sets["distributions"] if e["runtime"]} == {
+        "dockerarch-settest-own", A, C}  # fmt: skip
+    lock = (out / "debian-armv7" / "sets" / "own" / "requirements.txt").read_text()
+    assert "dockerarch-settest-own==1.0" in lock and f"{A}==1.0" in lock
+    check = ("import a_pkg, own_pkg, c_mod; assert own_pkg.a_token_seen() == a_pkg.token(); "
+             "print(getattr(own_pkg, 'EDIT', 'first'))")  # fmt: skip
+
+    def run_set() -> str:
+        ran = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network",
+                              "none", "dockerarch/own:set-debian-armv7", "python3", "-c", check],
+                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout.strip()
+
+    assert run_set() == "first"
+    again = build_set(index, out, f"{own}\n", "--name", "own")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "dockerarch-settest-own==1.0 already built" in again.stderr  # the same tree
+    (own / "own_pkg" / "__init__.py").write_text(
+        "from own_pkg._own import a_token_seen\nEDIT = 'second'\n"
+    )
+    changed = build_set(index, out, f"{own}\n", "--name", "own")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "dockerarch-settest-own==1.0 already built" not in changed.stderr
+    assert run_set() == "second"

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dockerarch import closure, pyenv, pyreqs, wheelset
+from dockerarch import closure, localtree, pyenv, pyreqs, wheelset
 from dockerarch.errors import UsageError
+from dockerarch.files import sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.render import plan
 from dockerarch.targets import load_targets
@@ -211,6 +213,91 @@ def test_the_closure_is_resolved_for_the_board(index: FakeIndex, tmp_path: Path)
     assert found["cpkg==1.0"].requires == {"numpy==2.0.0", "six==1.17.0"}  # winonly: not on linux
 
 
+def _project(tree: Path, deps: str = '"numpy>=1.26", "six"') -> Path:
+    (tree / "my_ext").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "numpy>=2"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "My.Ext"\nversion = "0.3"\ndependencies = [{deps}]\n'
+    )
+    (tree / "my_ext" / "__init__.py").write_text("x = 1\n")
+    return tree
+
+
+def test_a_project_s_directory_is_a_member_built_from_its_tree(
+    index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A requirements line ./my_ext (as pip takes it, from the current directory): the project
+    by its static name and version, its tree as the member's sdist, its dependencies and build
+    requirements resolved for the board like any sdist's; the indexes are not asked for it."""
+    _project(tmp_path / "src" / "my_ext")
+    monkeypatch.chdir(tmp_path / "src")
+    (tmp_path / "r.txt").write_text("./my_ext\n")
+    wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+    (wanted,) = wants.requirements
+    assert str(wanted.requirement) == "My.Ext==0.3" and wanted.local == tmp_path / "src" / "my_ext"
+    indexes = closure.Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
+    found = closure.resolve(wants, ARMV7, indexes)
+    member = found["my-ext==0.3"]
+    assert not member.candidate.is_wheel and member.candidate.file.filename == "my_ext-0.3.tar.gz"
+    assert member.requires == {"numpy==2.0.0", "six==1.17.0"}
+    assert member.build_env["numpy"] == "numpy==2.0.0"
+    assert not any("my-ext" in url or "my_ext" in url for url in index.asked)
+
+
+def test_a_directory_s_sdist_is_its_tree_without_what_builds_and_checkouts_leave(
+    tmp_path: Path,
+) -> None:
+    """The same tree packs to the same bytes (the set reuses its build); a changed file is a
+    new sdist; .git, __pycache__, a top-level build/ (setuptools would take its stale objects)
+    are left out, a package's own module named build is kept."""
+    tree = _project(tmp_path / "my_ext")
+    for junk in (".git/HEAD", "build/temp/x.o", "dist/old.whl", "my_ext/__pycache__/a.pyc",
+                 "My.Ext.egg-info/PKG-INFO", "my_ext/build/__init__.py"):  # fmt: skip
+        (tree / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tree / junk).write_text("x")
+    spec, first = localtree.pack(tree, tmp_path / "cache")
+    assert (spec.name, spec.version, first.name) == ("My.Ext", "0.3", "my_ext-0.3.tar.gz")
+    with tarfile.open(first) as archive:
+        assert archive.getnames() == ["my_ext-0.3/my_ext", "my_ext-0.3/my_ext/__init__.py",
+                                      "my_ext-0.3/my_ext/build", "my_ext-0.3/my_ext/build/__init__.py",
+                                      "my_ext-0.3/pyproject.toml"]  # fmt: skip
+    os.utime(tree / "pyproject.toml", (1, 1))  # a touch alone changes nothing
+    assert localtree.pack(tree, tmp_path / "cache")[1] == first
+    (tree / "my_ext" / "__init__.py").write_text("x = 2\n")
+    second = localtree.pack(tree, tmp_path / "cache")[1]
+    assert second != first and first.is_file() and second.parent.name == sha256_file(second)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [("./nowhere", "./nowhere: no such directory"),
+     ("file://buildbox/src/x", "names a file on another machine"),
+     (f"./my_ext --hash=sha256:{'c' * 64}", "is a directory, which has no hash to check")],
+)  # fmt: skip
+def test_a_directory_line_that_cannot_be_a_member_is_refused(
+    line: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(tmp_path / "my_ext")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.txt").write_text(f"{line}\n")
+    with pytest.raises(UsageError) as err:
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+    assert says in err.value.problem
+
+
+def test_a_directory_needs_no_hash_where_the_other_lines_have_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(tmp_path / "my_ext")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.txt").write_text(
+        f"six==1.16.0 --hash=sha256:{'b' * 64}\nfile://{tmp_path}/my_ext\n"
+    )
+    wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+    assert wants.directories == {"my-ext": tmp_path / "my_ext"}
+    assert wants.hashes_for("six") == {"b" * 64} and wants.hashes_for("my-ext") is None
+
+
 def test_a_wheel_that_fits_wins_over_a_newer_sdist_only_when_pinned_or_constrained(
     index: FakeIndex, tmp_path: Path
 ) -> None:
@@ -406,6 +493,11 @@ def test_static_metadata_is_read_only_when_the_sdist_says_it_is_static() -> None
 def test_set_names_come_from_the_file_or_the_package() -> None:
     assert wheelset.set_name([Path("deploy/requirements.txt")], []) == "requirements"
     assert wheelset.set_name([], ["pandas[perf]>=2"]) == "pandas"
+    assert (
+        wheelset.set_name([], ["/src/my_ext"])
+        == wheelset.set_name([], ["file:///src/my_ext/"])
+        == "my_ext"
+    )
 
 
 def no_index(tmp_path: Path) -> closure.Indexes:
