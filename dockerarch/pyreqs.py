@@ -165,6 +165,10 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
                 wants.extra_index_urls.append(value)
             continue
         wanted = parse_line(text, where)
+        if constraint and wanted.local is not None:
+            raise _bad(where, f"{text} is a directory in a constraints file",
+                       "Constraints pin versions of what the requirements name; name the "
+                       "project's directory in the requirements file (-r).")  # fmt: skip
         (wants.constraints if constraint else wants.requirements).append(wanted)
         if wanted.hashes:
             wants.require_hashes = True

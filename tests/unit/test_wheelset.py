@@ -285,6 +285,19 @@ def test_a_directory_line_that_cannot_be_a_member_is_refused(
     assert says in err.value.problem
 
 
+def test_a_directory_in_a_constraints_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(tmp_path / "my_ext")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.txt").write_text("six\n")
+    (tmp_path / "c.txt").write_text("./my_ext\n")
+    with pytest.raises(
+        UsageError, match=r"c\.txt:1: \./my_ext is a directory in a constraints file"
+    ):
+        pyreqs.read_wants([tmp_path / "r.txt"], [tmp_path / "c.txt"], [])
+
+
 def test_a_directory_needs_no_hash_where_the_other_lines_have_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
