@@ -205,6 +205,17 @@ def parse_line(text: str, where: str) -> Wanted:
     except InvalidRequirement as exc:
         raise _bad(where, f"'{spec}' is not a requirement: {exc}",
                    "Write NAME[EXTRAS]SPECIFIER; MARKER, as pip takes it.") from exc  # fmt: skip
+    if requirement.url and requirement.url.startswith(
+        "file:"
+    ):  # NAME @ file:///dir (pip-compile's)
+        local = local_spec(requirement.url)
+        if local is not None:
+            project = local_package(local)
+            if canonicalize_name(project.name) != canonicalize_name(requirement.name):
+                raise _bad(where, f"{requirement.url} is {project.name}, not {requirement.name}",
+                           f"Write {project.name} @ {requirement.url}.")  # fmt: skip
+            return Wanted(requirement=Requirement(f"{project.name}=={project.version}"),
+                          where=where, local=local)  # fmt: skip
     if requirement.url:
         raise _bad(where, f"'{spec}' names a URL",
                    "A set is resolved from package indexes and directories: check the "

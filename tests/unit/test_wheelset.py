@@ -309,6 +309,14 @@ def test_a_directory_needs_no_hash_where_the_other_lines_have_them(
     wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
     assert wants.directories == {"my-ext": tmp_path / "my_ext"}
     assert wants.hashes_for("six") == {"b" * 64} and wants.hashes_for("my-ext") is None
+    # pip-compile's form of the same line, NAME @ file:///DIR
+    (tmp_path / "r.txt").write_text(f"my-ext @ file://{tmp_path}/my_ext\n")
+    assert pyreqs.read_wants([tmp_path / "r.txt"], [], []).directories == {
+        "my-ext": tmp_path / "my_ext"
+    }
+    (tmp_path / "r.txt").write_text(f"other @ file://{tmp_path}/my_ext\n")
+    with pytest.raises(UsageError, match=r"is My\.Ext, not other"):
+        pyreqs.read_wants([tmp_path / "r.txt"], [], [])
 
 
 def test_a_wheel_that_fits_wins_over_a_newer_sdist_only_when_pinned_or_constrained(
