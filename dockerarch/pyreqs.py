@@ -24,7 +24,7 @@ from packaging.utils import InvalidName, canonicalize_name
 
 from dockerarch.errors import UsageError
 from dockerarch.localtree import local_spec
-from dockerarch.recipes import local_package
+from dockerarch.recipes import PackageSpec, local_package
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,13 +191,13 @@ def parse_line(text: str, where: str) -> Wanted:
                 "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).",
             )
         hashes.add(found.group(1))
-    local = local_spec(spec)
-    if local is not None:
+    directory = _directory(spec, where)
+    if directory is not None:
         if hashes:
             raise _bad(where, f"{spec} is a directory, which has no hash to check",
                        "Remove its --hash options; a directory's sdist is made from the tree "
                        "each run (its sha256 is in the set's manifest).")  # fmt: skip
-        project = local_package(local)
+        local, project = directory
         return Wanted(requirement=Requirement(f"{project.name}=={project.version}"), where=where,
                       local=local)  # fmt: skip
     try:
@@ -205,12 +205,11 @@ def parse_line(text: str, where: str) -> Wanted:
     except InvalidRequirement as exc:
         raise _bad(where, f"'{spec}' is not a requirement: {exc}",
                    "Write NAME[EXTRAS]SPECIFIER; MARKER, as pip takes it.") from exc  # fmt: skip
-    if requirement.url and requirement.url.startswith(
-        "file:"
-    ):  # NAME @ file:///dir (pip-compile's)
-        local = local_spec(requirement.url)
-        if local is not None:
-            project = local_package(local)
+    # NAME @ file:///DIR, as pip-compile writes a local project
+    if requirement.url and requirement.url.startswith("file:"):
+        directory = _directory(requirement.url, where)
+        if directory is not None:
+            local, project = directory
             if canonicalize_name(project.name) != canonicalize_name(requirement.name):
                 raise _bad(where, f"{requirement.url} is {project.name}, not {requirement.name}",
                            f"Write {project.name} @ {requirement.url}.")  # fmt: skip
@@ -222,6 +221,15 @@ def parse_line(text: str, where: str) -> Wanted:
                    "project out and name its directory (./DIR), or publish it to an index "
                    "(dockerarch upload).")  # fmt: skip
     return Wanted(requirement=requirement, where=where, hashes=frozenset(hashes))
+
+
+def _directory(spec: str, where: str) -> tuple[Path, PackageSpec] | None:
+    """(directory, its project) when ``spec`` names a directory; its errors name the line."""
+    try:
+        local = local_spec(spec)
+        return None if local is None else (local, local_package(local))
+    except UsageError as exc:
+        raise _bad(where, exc.problem, exc.fix or "") from None
 
 
 def read_wants(requirement_files: list[Path], constraint_files: list[Path], packages: list[str],

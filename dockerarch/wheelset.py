@@ -166,6 +166,10 @@ def plan(request: RenderRequest, wants: Wants, indexes: Indexes, *, build_names:
     fetched = len(made.members) - len(built)
     say(f"set: {len(made.members)} distributions, {fetched} wheels to fetch, {len(built)} to "
         f"build" + (f" ({', '.join(made.order)})" if made.order else ""))  # fmt: skip
+    for key in made.order:
+        tree = wants.directories.get(made.members[key].node.candidate.name)
+        if tree is not None:
+            say(f"set: {key} from the directory {tree}")
     return made
 
 

@@ -272,7 +272,8 @@ def test_a_directory_s_sdist_is_its_tree_without_what_builds_and_checkouts_leave
     ("line", "says"),
     [("./nowhere", "./nowhere: no such directory"),
      ("file://buildbox/src/x", "names a file on another machine"),
-     (f"./my_ext --hash=sha256:{'c' * 64}", "is a directory, which has no hash to check")],
+     (f"./my_ext --hash=sha256:{'c' * 64}", "is a directory, which has no hash to check"),
+     ("./my_ext/my_ext", "is a directory without a pyproject.toml or setup.py")],
 )  # fmt: skip
 def test_a_directory_line_that_cannot_be_a_member_is_refused(
     line: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -282,7 +283,7 @@ def test_a_directory_line_that_cannot_be_a_member_is_refused(
     (tmp_path / "r.txt").write_text(f"{line}\n")
     with pytest.raises(UsageError) as err:
         pyreqs.read_wants([tmp_path / "r.txt"], [], [])
-    assert says in err.value.problem
+    assert says in err.value.problem and "r.txt:1: " in err.value.problem
 
 
 def test_a_directory_in_a_constraints_file_is_refused(
