@@ -76,6 +76,7 @@ _OPTION_WITH_VALUE = {"-r": "requirement", "--requirement": "requirement", "-c":
                       "--constraint": "constraint", "-i": "index-url", "--index-url": "index-url",
                       "--extra-index-url": "extra-index-url", "--no-binary": "no-binary"}  # fmt: skip
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+_DIRECTORY_LINE = re.compile(r"(.*?)\s*(\[[^\]]*\])?\s*(?:;\s*(.*))?", re.S)
 ALL = ":all:"
 
 
@@ -191,15 +192,25 @@ def parse_line(text: str, where: str) -> Wanted:
                 "Write hashes as --hash=sha256:<64 hex digits> (pip hash FILE prints one).",
             )
         hashes.add(found.group(1))
-    directory = _directory(spec, where)
+    # a directory, as pip takes it: ./DIR[EXTRAS]; MARKER
+    path, extras, marker = _DIRECTORY_LINE.fullmatch(spec).groups()  # type: ignore[union-attr]
+    directory = _directory(path, where)
     if directory is not None:
         if hashes:
             raise _bad(where, f"{spec} is a directory, which has no hash to check",
                        "Remove its --hash options; a directory's sdist is made from the tree "
                        "each run (its sha256 is in the set's manifest).")  # fmt: skip
         local, project = directory
-        return Wanted(requirement=Requirement(f"{project.name}=={project.version}"), where=where,
-                      local=local)  # fmt: skip
+        pinned = f"{project.name}{extras or ''}=={project.version}" + (
+            f"; {marker}" if marker else ""
+        )
+        try:
+            requirement = Requirement(pinned)
+        except InvalidRequirement as exc:
+            raise _bad(
+                where, f"'{spec}': {exc}", "Write ./DIR[EXTRAS]; MARKER, as pip takes it."
+            ) from exc
+        return Wanted(requirement=requirement, where=where, local=local)
     try:
         requirement = Requirement(spec)
     except InvalidRequirement as exc:

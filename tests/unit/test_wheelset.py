@@ -310,6 +310,11 @@ def test_a_directory_needs_no_hash_where_the_other_lines_have_them(
     wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
     assert wants.directories == {"my-ext": tmp_path / "my_ext"}
     assert wants.hashes_for("six") == {"b" * 64} and wants.hashes_for("my-ext") is None
+    # with extras and a marker, as pip takes them
+    (tmp_path / "r.txt").write_text("./my_ext[fast] ; platform_machine == 'armv7l'\n")
+    (wanted,) = pyreqs.read_wants([tmp_path / "r.txt"], [], []).requirements
+    assert str(wanted.requirement) == 'My.Ext[fast]==0.3; platform_machine == "armv7l"'
+    assert wanted.local == tmp_path / "my_ext"
     # pip-compile's form of the same line, NAME @ file:///DIR
     (tmp_path / "r.txt").write_text(f"my-ext @ file://{tmp_path}/my_ext\n")
     assert pyreqs.read_wants([tmp_path / "r.txt"], [], []).directories == {
