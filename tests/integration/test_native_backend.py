@@ -17,7 +17,7 @@ import pytest
 
 from dockerarch.closure import default_index
 
-from .conftest import dockerarch
+from .conftest import dockerarch, dockerarch_each
 from .settest_index import CF, serve, write_index
 from .shapes import elf_shape
 from .test_native_cython import FILES as CYTHON_FILES
@@ -217,19 +217,23 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
     progress in its progress.txt."""
     done = dockerarch("base", "bootstrap", "--arch", "aarch64", "--no-push", timeout=3600)
     assert done.returncode == 0, done.stderr
-    results: dict[tuple[str, str], Path] = {}
+    builds: dict[tuple[str, str], Path] = {}
     for kind, files in PACKAGES.items():
         src = tmp_path_factory.mktemp(kind.replace("-", ""))
         for name, text in files.items():
             (src / name).write_text(text)
         for route in ROUTES:
-            out = tmp_path_factory.mktemp(f"{kind}-{route}".replace("-", ""))
-            done = dockerarch("build", "wheel", "--package", str(src), "--arch", "aarch64",
-                              "--set", f"BACKEND={route}", "--out", str(out), timeout=1800)  # fmt: skip
-            assert done.returncode == 0, done.stderr[-3000:]
-            (result,) = (out / "debian-aarch64").glob("dockerarch_backend_*-1.0")
-            (out / "progress.txt").write_text(done.stderr)
-            results[kind, route] = result
+            builds[kind, route] = src
+    outs = {key: tmp_path_factory.mktemp("-".join(key).replace("-", "")) for key in builds}
+    runs = dockerarch_each([("build", "wheel", "--package", str(src), "--arch", "aarch64", "--set",
+                             f"BACKEND={route}", "--out", str(outs[kind, route]))
+                            for (kind, route), src in builds.items()])  # fmt: skip
+    results: dict[tuple[str, str], Path] = {}
+    for key, done in zip(builds, runs, strict=True):
+        assert done.returncode == 0, done.stderr[-3000:]
+        (result,) = (outs[key] / "debian-aarch64").glob("dockerarch_backend_*-1.0")
+        (outs[key] / "progress.txt").write_text(done.stderr)
+        results[key] = result
     return results
 
 
