@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dockerarch.errors import UsageError
 from dockerarch.files import write_atomic
-from dockerarch.recipes import PackageSpec, local_package
+from dockerarch.recipes import PackageSpec, directory_named, local_package
 
 # Left out anywhere in the tree, and at its top only (a package may have a module dir "build").
 SKIP_ANYWHERE = frozenset({".git", ".hg", ".svn", "__pycache__", ".tox", ".nox", ".venv",
@@ -79,19 +79,11 @@ def pack(tree: Path, into: Path) -> tuple[PackageSpec, Path]:
 
 
 def local_spec(text: str) -> Path | None:
-    """The directory a requirements line names, or None when it names no path (a PyPI name).
-    pip's forms: ./dir, ../dir, /dir, ~/dir, file:///dir; relative to the current directory."""
-    if text.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        parsed = urlparse(text)
-        if parsed.netloc not in ("", "localhost"):
-            raise UsageError(f"{text} names a file on another machine",
-                             fix="Give a directory on this machine: ./DIR or /DIR.")  # fmt: skip
-        text = unquote(parsed.path)
-    elif not text.startswith(("./", "../", "/", "~", ".\\")) and text not in (".", ".."):
+    """The directory a requirements line names (recipes.directory_named), resolved, or None when
+    it names no path (a PyPI name); relative to the current directory, as pip takes it."""
+    path = directory_named(text)
+    if path is None:
         return None
-    path = Path(text).expanduser()
     if not path.is_dir():
         raise UsageError(f"{text}: no such directory",
                          fix="Give the directory of a Python project (its pyproject.toml or setup.py).")  # fmt: skip

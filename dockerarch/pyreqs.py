@@ -276,9 +276,9 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
             fix="Give -r FILE with requirement lines, or --package NAME.",
         )
     directories: dict[str, Wanted] = {}
-    for wanted in wants.requirements:
-        other = directories.setdefault(wanted.name, wanted) if wanted.local else None
-        if other is not None and other.local != wanted.local:
+    for wanted in (w for w in wants.requirements if w.local is not None):
+        other = directories.setdefault(wanted.name, wanted)
+        if other.local != wanted.local:
             raise _bad(wanted.where, f"{wanted.name} is {wanted.local}, and {other.local} at "
                        f"{other.where}", "Name one directory for each project.")  # fmt: skip
     if wants.require_hashes:

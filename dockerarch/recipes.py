@@ -151,9 +151,25 @@ def local_package(path: Path) -> PackageSpec:
     return PackageSpec(spec=name, name=name, version=version, local=path.resolve())
 
 
+def directory_named(text: str) -> Path | None:
+    """The directory ``text`` names as pip takes one (./DIR, ../DIR, /DIR, ~/DIR, file:///DIR),
+    unchecked; None when it names a package."""
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        parsed = urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise UsageError(f"{text} names a file on another machine",
+                             fix="Give a directory on this machine: ./DIR or /DIR.")  # fmt: skip
+        return Path(unquote(parsed.path))
+    if text.startswith(("./", "../", "/", "~")) or text in (".", ".."):
+        return Path(text).expanduser()
+    return None
+
+
 def parse_package_spec(text: str) -> PackageSpec:
-    if text.startswith((".", "/", "~")):
-        path = Path(text).expanduser()
+    path = directory_named(text)
+    if path is not None:
         if not path.is_dir():
             raise UsageError(f"--package {text}: no such directory", fix="Check the path.")
         return local_package(path)

@@ -56,7 +56,7 @@ from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import context_name, link_or_copy, make_work_dir, replace_dir, sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
-from dockerarch.recipes import local_package, with_declared_compilers
+from dockerarch.recipes import directory_named, local_package, with_declared_compilers
 from dockerarch.render import RenderRequest
 from dockerarch.targets import BoardTarget
 
@@ -513,8 +513,8 @@ def set_name(requirement_files: list[Path], packages: list[str]) -> str:
     if requirement_files:
         stem = requirement_files[0].name
         stem = stem[: -len(".txt")] if stem.endswith(".txt") else stem
-    elif packages[0].startswith((".", "/", "~", "file:")):  # a project's directory: its name
-        stem = Path(packages[0].removeprefix("file://")).expanduser().resolve().name
+    elif (directory := directory_named(packages[0])) is not None:  # a project's: its name
+        stem = directory.resolve().name
     else:
         stem = re.split(r"[\[<>=!~; ]", packages[0], maxsplit=1)[0]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip(".-") or "set"

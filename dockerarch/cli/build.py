@@ -198,9 +198,10 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
     """Whether the command line asks for a wheel set (build wheel -r, or --package from an
     index); options that only a set takes are refused otherwise."""
     from dockerarch.errors import UsageError
+    from dockerarch.recipes import directory_named
 
     package = wanted.packages[0] if wanted.packages else None
-    from_index = package is not None and not package.startswith((".", "/", "~", "file:"))
+    from_index = package is not None and directory_named(package) is None
     set_options = (wanted.test_requires or wanted.test_command or wanted.test_sources
                    or wanted.no_deps or wanted.no_binary or wanted.index_url
                    or wanted.extra_index_urls or wanted.constraint_files
