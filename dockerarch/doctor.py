@@ -244,13 +244,17 @@ def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
     except (DockerarchError, OSError) as exc:
         return _failed(name, f"cannot measure Docker's data root: {exc}", "Check 'docker info'.")
     detail = f"{free:.1f} GiB free under {root}"
+    cache = engine.build_cache_size()
+    if cache:
+        detail += f"; BuildKit's cache there holds {machineimages.gigabytes(cache)}"
     if free < min_free_gib:
         return _failed(
             name,
             f"{detail}; builds want at least {min_free_gib:g} GiB",
             "Free space there ('dockerarch prune' removes toolchain images and runtime bases no "
-            f"build used for {machineimages.DEFAULT_UNUSED_DAYS} days; 'docker builder prune'), "
-            "or move Docker's data-root to a larger disk.",
+            f"build used for {machineimages.DEFAULT_UNUSED_DAYS} days; 'docker builder prune' "
+            "empties BuildKit's cache, which the next builds fill again), or move Docker's "
+            "data-root to a larger disk.",
         )
     return _passed(name, detail)
 

@@ -155,6 +155,18 @@ def current_builder() -> BuilderInfo:
     )
 
 
+def build_cache_size() -> int | None:
+    """Bytes BuildKit's cache of the default engine holds ('docker system df'), None when the
+    engine does not say."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        size = client().system.disk_free().build_cache.size
+    except (DockerException, ValueError, KeyError):
+        return None
+    return int(size) if size is not None else None
+
+
 def docker_root_dir() -> str:
     from python_on_whales.exceptions import DockerException
 

@@ -91,9 +91,23 @@ def test_daemon_failure_keeps_its_reason(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_disk_below_threshold(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(engine, "docker_root_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(engine, "build_cache_size", lambda: None)
     assert doctor.check_disk(True, min_free_gib=0).ok
     result = doctor.check_disk(True, min_free_gib=10**9)
     assert not result.ok and "builds want at least" in result.detail
+    assert "BuildKit" not in result.detail  # the engine did not say
+
+
+def test_low_disk_says_how_much_buildkit_s_cache_holds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(engine, "docker_root_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(engine, "build_cache_size", lambda: 12_345_000_000)
+    result = doctor.check_disk(True, min_free_gib=10**9)
+    assert f"GiB free under {tmp_path}; BuildKit's cache there holds 12.3 GB" in result.detail
+    assert (
+        result.fix is not None and "'docker builder prune' empties BuildKit's cache" in result.fix
+    )
 
 
 def test_a_crashing_check_still_yields_a_row() -> None:
