@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import dockerarch
+from .conftest import dockerarch, dockerarch_each
 from .shapes import elf_shape
 from .test_native_backend import PACKAGES, _wheel
 
@@ -33,20 +33,24 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Pat
     in its progress.txt."""
     done = dockerarch("base", "bootstrap", "--arch", "armv7", "--no-push", timeout=3600)
     assert done.returncode == 0, done.stderr
-    results: dict[tuple[str, str], Path] = {}
+    builds = []
     for kind in KINDS:
         src = tmp_path_factory.mktemp(f"{kind.replace('-', '')}32")
         for name, text in PACKAGES[kind].items():
             (src / name).write_text(text)
         for route in ROUTES:
-            out = tmp_path_factory.mktemp(f"{kind}-{route}-32".replace("-", ""))
-            done = dockerarch("build", "wheel", "--package", str(src), "--arch", "armv7",
-                              "--set", f"BACKEND={route}", "--no-smoke", "--out", str(out),
-                              timeout=1800)  # fmt: skip
-            assert done.returncode == 0, done.stderr[-3000:]
-            (result,) = (out / "debian-armv7").glob("dockerarch_backend_*-1.0")
-            (out / "progress.txt").write_text(done.stderr)
-            results[kind, route] = result
+            builds.append(
+                (kind, route, src, tmp_path_factory.mktemp(f"{kind}-{route}-32".replace("-", "")))
+            )
+    runs = dockerarch_each([("build", "wheel", "--package", str(src), "--arch", "armv7", "--set",
+                             f"BACKEND={route}", "--no-smoke", "--out", str(out))
+                            for _, route, src, out in builds])  # fmt: skip
+    results: dict[tuple[str, str], Path] = {}
+    for (kind, route, _, out), done in zip(builds, runs, strict=True):
+        assert done.returncode == 0, done.stderr[-3000:]
+        (result,) = (out / "debian-armv7").glob("dockerarch_backend_*-1.0")
+        (out / "progress.txt").write_text(done.stderr)
+        results[kind, route] = result
     return results
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import dockerarch
+from .conftest import dockerarch, dockerarch_each
 from .shapes import elf_shape
 
 FILES = {
@@ -66,22 +66,25 @@ CYTHON = {"armv7": "cython==3.0.12", "aarch64": "cython>=3,<4"}
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
-    """The result directory of each (arch, route) build."""
-    results = {}
-    for arch, (target, *_) in ARCHES.items():
+    """The result directory of each (arch, route) build (independent: two at a time)."""
+    builds = []
+    for arch in ARCHES:
         src = tmp_path_factory.mktemp(f"cysrc{arch}")
         for name, text in FILES.items():
             (src / name).write_text(text.replace('"cython>=3,<4"', f'"{CYTHON[arch]}"'))
         done = dockerarch("base", "bootstrap", "--arch", arch, "--no-push", timeout=3600)
         assert done.returncode == 0, done.stderr
         for route in ROUTES:
-            out = tmp_path_factory.mktemp(f"cy{arch}{route}")
-            done = dockerarch("build", "wheel", "--package", str(src), "--arch", arch, "--set",
-                              f"BACKEND={route}", "--out", str(out), timeout=1800)  # fmt: skip
-            assert done.returncode == 0, done.stderr[-3000:]
-            (result,) = (out / target).glob("dockerarch_native_cy-1.0")
-            (result / "progress.txt").write_text(done.stderr)
-            results[arch, route] = result
+            builds.append((arch, route, src, tmp_path_factory.mktemp(f"cy{arch}{route}")))
+    runs = dockerarch_each([("build", "wheel", "--package", str(src), "--arch", arch, "--set",
+                             f"BACKEND={route}", "--out", str(out))
+                            for arch, route, src, out in builds])  # fmt: skip
+    results = {}
+    for (arch, route, _, out), done in zip(builds, runs, strict=True):
+        assert done.returncode == 0, done.stderr[-3000:]
+        (result,) = (out / ARCHES[arch][0]).glob("dockerarch_native_cy-1.0")
+        (result / "progress.txt").write_text(done.stderr)
+        results[arch, route] = result
     return results
 
 
