@@ -8,8 +8,12 @@ the index has one, else its sdist. Dependencies come from core metadata: the whe
 ``.metadata`` file when the index serves one, else the wheel itself), or the sdist's own when it
 is static (PKG-INFO of metadata 2.2+ without dynamic Requires-Dist, or pyproject.toml's
 [project]), else the metadata of any wheel of the same version on the index (uv's rule: one
-version, one set of dependencies). Each sdist's build requirements (PEP 518's ``requires``) are
-resolved the same way, preferring what the set already holds, so numpy is built once per target.
+version, one set of dependencies), else what its own build's wheel said once (``learned``,
+kept beside the sdist in the downloads cache). An sdist that says nothing before it is built (a
+setup.py's install_requires) resolves with no dependencies at first, marked ``learn``: the set
+builds it, reads its wheel and adds what it needs (complete_requires). Each sdist's build
+requirements (PEP 518's ``requires``) are resolved the same way, preferring what the set
+already holds, so numpy is built once per target.
 
 Indexes are searched in order, and the first that has a project is the only one asked about it
 (uv's ``first-index``): a name on a private index is never taken from a public one.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import email.message
 import email.parser
+import json
 import os
 import tarfile
 import tomllib
@@ -43,13 +48,14 @@ from resolvelib import AbstractProvider
 
 from dockerarch import localtree, simple_api
 from dockerarch.errors import DockerarchError
-from dockerarch.files import sha256_file
+from dockerarch.files import sha256_file, write_atomic
 from dockerarch.pyenv import PythonTarget
 from dockerarch.pyreqs import ALL, Wanted, Wants
 from dockerarch.simple_api import IndexFile
 
 Say = Callable[[str], None]
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # PEP 517's fallback, as pip has it
+LEARNED = "requires-dist"  # beside an sdist in the downloads cache: what its wheel said
 TIMEOUT = 60  # seconds for one request to an index
 
 
@@ -178,6 +184,28 @@ class Indexes:
                     )
                 return email.parser.BytesParser().parsebytes(response.content)
         return wheel_metadata(self.download(file))
+
+    def _learned_path(self, file: IndexFile, target: PythonTarget) -> Path:
+        # per machine and Python: a setup.py may ask for more on one board than on another
+        key = file.sha256 or _url_key(file.url)
+        machine, (major, minor) = target.markers["platform_machine"], target.python
+        return self.cache / key[:2] / key / f"{LEARNED}-{machine}-cp{major}{minor}.json"
+
+    def learned(self, file: IndexFile, target: PythonTarget) -> list[str] | None:
+        """The Requires-Dist a build of the sdist ``file`` for ``target`` wrote in its wheel
+        (learn), None if it was never built here."""
+        try:
+            lines = json.loads(self._learned_path(file, target).read_text())
+        except (OSError, ValueError):
+            return None
+        return [str(line) for line in lines] if isinstance(lines, list) else None
+
+    def learn(self, file: IndexFile, target: PythonTarget, lines: Sequence[str]) -> None:
+        """Keep what a build of the sdist ``file`` for ``target`` said it needs at run time: the
+        next resolution knows it from the start."""
+        path = self._learned_path(file, target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(list(lines), indent=1) + "\n").encode())
 
 
 def _url_key(url: str) -> str:
@@ -334,8 +362,11 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
 
     def __init__(self, indexes: Indexes, target: PythonTarget, *, constraints: Mapping[str, SpecifierSet],
                  hashes: Callable[[str], frozenset[str] | None], prefer: Mapping[str, Version],
-                 build_names: frozenset[str] = frozenset()) -> None:  # fmt: skip
+                 build_names: frozenset[str] = frozenset(), learn: bool = False) -> None:  # fmt: skip
         self.indexes, self.target, self.build_names = indexes, target, build_names
+        # learn: an sdist whose run-time requirements only its build tells resolves with none
+        # (its key in ``unknown``) instead of being refused; the set learns them from its wheel
+        self.learn, self.unknown = learn, set[str]()
         self.constraints, self.hashes, self.prefer = constraints, hashes, prefer
         self._requires: dict[str, list[Requirement]] = {}
         self.refused_hashes: dict[str, list[IndexFile]] = {}  # name -> files the hashes refused
@@ -459,6 +490,12 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
                     continue
                 if version == candidate.version:
                     return list(self.indexes.metadata(file).get_all("Requires-Dist") or [])
+        learned = self.indexes.learned(candidate.file, self.target)
+        if learned is not None:
+            return learned
+        if self.learn:
+            self.unknown.add(candidate.key)
+            return []
         raise ResolutionError(
             f"{candidate.file.filename} does not say what {candidate.name} needs at run time "
             "without being built (its metadata is dynamic) and the index has no wheel of "
@@ -505,6 +542,7 @@ class Resolved:
     build_env: dict[str, str] = field(default_factory=dict)  # name -> key, sdists only
     runtime: bool = True  # installed on the board (False: only some build needs it)
     test: bool = False  # installed for the user's tests (--test-requires), not on the board
+    learn: bool = False  # an sdist whose run-time requirements its built wheel tells (learned)
 
     @property
     def key(self) -> str:
@@ -565,28 +603,33 @@ def constraints_for(lines: Sequence[Wanted], target: PythonTarget) -> dict[str, 
 
 def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | None = None,
             build_names: frozenset[str] = frozenset(),
-            tests: Sequence[Requirement] = ()) -> dict[str, Resolved]:  # fmt: skip
+            tests: Sequence[Requirement] = (), learn: bool = False) -> dict[str, Resolved]:  # fmt: skip
     """The whole set for ``target``: the requirements' closure, what the user's tests need beside
     it (``tests``, with the set's versions pinned), then each sdist's build requirements
     (recursively), by key (``name==version``). ``build_names`` are taken from their sdists even
-    where a wheel fits."""
+    where a wheel fits. With ``learn``, an sdist whose run-time requirements only its build
+    tells is resolved with none so far and marked ``learn`` (else it is refused)."""
     constraints = constraints_for(wants.constraints, target)
     roots = [_Requirement(_plain(w.requirement), None) for w in wants.requirements
              if w.requirement.marker is None or w.requirement.marker.evaluate({**target.markers, "extra": ""})]  # fmt: skip
     provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for, prefer={},
-                        build_names=build_names)  # fmt: skip
+                        build_names=build_names, learn=learn)  # fmt: skip
     chosen = _resolve(provider, roots)
     found: dict[str, Resolved] = {}
     _add(found, chosen, provider, root_names={r.requirement.name for r in roots}, runtime=True)
+    unknown = set(provider.unknown)
     if tests:
         pins = [_Requirement(Requirement(r.key), None) for r in found.values()]
         test_roots = [_Requirement(_plain(t), "--test-requires") for t in tests]
         test_provider = Provider(indexes, target, constraints=constraints, hashes=lambda _n: None,
-                                 prefer={})  # fmt: skip
+                                 prefer={}, learn=learn)  # fmt: skip
         for node in _add(found, _resolve(test_provider, pins + test_roots), test_provider,
                          root_names={t.name for t in tests}, runtime=False,
                          asked_by="--test-requires"):  # fmt: skip
             node.test = True
+        unknown |= test_provider.unknown
+    for key in unknown & found.keys():
+        found[key].learn = True
     complete_builds(found, [r for r in found.values() if not r.candidate.is_wheel], target,
                     indexes, say=say, constraints=constraints_for(wants.build_constraints, target),
                     build_names=build_env_sdists(wants))  # fmt: skip
@@ -639,6 +682,57 @@ def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target:
         new.extend(added)
         pending.extend(r for r in added if not r.candidate.is_wheel)
     return new
+
+
+def complete_requires(found: dict[str, Resolved], node: Resolved, lines: Sequence[str],
+                      target: PythonTarget, indexes: Indexes, *, wants: Wants,
+                      build_names: frozenset[str] = frozenset(),
+                      say: Say | None = None) -> list[Resolved]:  # fmt: skip
+    """What ``node``'s built wheel says it needs at run time (``lines``, its Requires-Dist) added
+    to the set: resolved for the target with every distribution the board installs held at its
+    version (they are built or fetched already), new ones with their build environments; the
+    new nodes. A requirement the set's versions do not meet is an error whose fix is a new run,
+    which resolves knowing it from the start (Indexes.learn keeps it)."""
+    node.learn = False
+    extras = node.candidate.extras or {""}
+    roots = []
+    for line in lines:
+        requirement = _parse(line, node.candidate)
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate({**target.markers, "extra": e}) for e in extras):
+            roots.append(_Requirement(_plain(requirement), node.key))
+    if not roots:
+        return []
+    held = {r.candidate.name: SpecifierSet(f"=={r.candidate.version}")
+            for r in found.values() if r.runtime}  # fmt: skip
+    constraints = constraints_for(wants.constraints, target)
+    for name, pin in held.items():
+        constraints[name] = constraints.get(name, SpecifierSet()) & pin
+    provider = Provider(indexes, target, constraints=constraints, hashes=wants.hashes_for,
+                        prefer={}, build_names=build_names, learn=True)  # fmt: skip
+    try:
+        chosen = _resolve(provider, roots)
+    except ResolutionError as exc:
+        raise ResolutionError(
+            f"{node.key} was built, and its wheel says it needs {', '.join(lines)}; the set as "
+            f"resolved before it was built does not allow that ({exc.problem})",
+            fix="Run the same command again: what the wheel said is kept, so the set is resolved "
+            "with it from the start (and what was built is reused).",
+        ) from exc
+    added = _add(found, chosen, provider, root_names={r.requirement.name for r in roots},
+                 runtime=node.runtime, asked_by=node.key)  # fmt: skip
+    names = {canonicalize_name(r.requirement.name) for r in roots}
+    node.requires |= {c.key for c in chosen.values() if c.name in names}
+    for key in node.requires:
+        found[key].needed_by.add(node.key)
+    for other in added:
+        other.learn, other.test = other.key in provider.unknown, node.test and not other.runtime
+    if say:
+        say(f"{node.key} needs {', '.join(sorted(node.requires))} (its wheel says)")
+    sdists = [r for r in added if not r.candidate.is_wheel]
+    return added + complete_builds(found, sdists, target, indexes, say=say,
+                                   constraints=constraints_for(wants.build_constraints, target),
+                                   build_names=build_env_sdists(wants))  # fmt: skip
 
 
 def _add(found: dict[str, Resolved], chosen: Mapping[str, Candidate], provider: Provider, *,

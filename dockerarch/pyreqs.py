@@ -7,13 +7,16 @@ continuations, per-line ``--hash=sha256:...``, and the options ``-r``/``--requir
 ``--no-binary`` (comma-separated names, ``:all:``, ``:none:``; as pip takes it).
 A line may also be a project's directory (``./my_ext``, ``/src/my_ext``, ``file:///src/my_ext``,
 relative to the current directory as pip takes it): that project, by its static name and version,
-built from the tree as it is (localtree). Anything else pip would take (editable installs, URLs,
-``--find-links``) is refused by name and line, never ignored: a set that silently lost a line
-would install something else on the board than the file says.
+built from the tree as it is (localtree); ``-e DIR`` (pip freeze's and pip-compile's editable
+local project) is the same project, built as a regular wheel: an editable install points at
+this machine's tree, which a board does not have. Anything else pip would take (editable VCS
+checkouts, URLs, ``--find-links``) is refused by name and line, never ignored: a set that
+silently lost a line would install something else on the board than the file says.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ class Wanted:
     where: str  # 'requirements.txt:3', or '--package'
     hashes: frozenset[str] = frozenset()  # sha256 hex digests the line allows
     local: Path | None = None  # a project's directory on this machine: NAME==VERSION from it
+    editable: bool = False  # given as -e DIR: built as a regular wheel all the same
 
     @property
     def name(self) -> str:
@@ -143,12 +147,18 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
             if option == "--require-hashes" and not value and not rest:
                 wants.require_hashes = True
                 continue
+            if option in ("-e", "--editable"):
+                # the rest of the line as written (shlex would drop a marker's quotes)
+                given = value or (text.split(None, 1)[1] if rest else "")
+                wanted = _editable(given, where, constraint=constraint)
+                wants.requirements.append(wanted)
+                continue
             kind = _OPTION_WITH_VALUE.get(option)
             if kind is None:
                 raise _bad(where, f"dockerarch does not take {option} in a requirements file",
                            "A set takes requirements, -r, -c, -i/--index-url, --extra-index-url, "
                            "--no-binary, --hash and --require-hashes, and projects by their directory "
-                           "(./DIR); put other options on the command line.")  # fmt: skip
+                           "(./DIR, -e ./DIR); put other options on the command line.")  # fmt: skip
             if not value:
                 if len(rest) != 1:
                     raise _bad(where, f"{option} takes one value", f"Write it as {option} VALUE.")
@@ -173,6 +183,21 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
         (wants.constraints if constraint else wants.requirements).append(wanted)
         if wanted.hashes:
             wants.require_hashes = True
+
+
+def _editable(given: str, where: str, *, constraint: bool) -> Wanted:
+    """``-e DIR``: the project in DIR, as a directory line is (a VCS or URL checkout refused)."""
+    if constraint:
+        raise _bad(where, f"-e {given} is an editable project in a constraints file",
+                   "Constraints pin versions of what the requirements name; name the project's "
+                   "directory in the requirements file (-r).")  # fmt: skip
+    if not given:
+        raise _bad(where, "-e takes one value", "Write it as -e ./DIR.")
+    if _directory(re.split(r"[\[;\s]", given, maxsplit=1)[0], where) is None:
+        raise _bad(where, f"-e {given} is not a directory on this machine",
+                   "A set builds an editable project from its checkout: check it out and name "
+                   "its directory (-e ./DIR or ./DIR).")  # fmt: skip
+    return dataclasses.replace(parse_line(given, where), editable=True)
 
 
 def parse_line(text: str, where: str) -> Wanted:

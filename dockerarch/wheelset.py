@@ -114,6 +114,8 @@ class TargetSet:
     needs_apt: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: DockerarchError | None = None  # the installed check or the user's tests failed
+    build_names: frozenset[str] = frozenset()  # taken from their sdists (SetRequest.build_names)
+    no_deps: bool = False
 
     @property
     def target(self) -> str:
@@ -134,8 +136,9 @@ def plan(request: RenderRequest, wants: Wants, indexes: Indexes, *, build_names:
     sdists even where the index has a wheel (what --package names); with ``no_deps`` nothing else
     may need a build."""
     target = python_target(request.target)
-    found = closure.resolve(wants, target, indexes, say=say, build_names=build_names, tests=tests)
-    made = TargetSet(request=request, indexes=indexes,
+    found = closure.resolve(wants, target, indexes, say=say, build_names=build_names, tests=tests,
+                            learn=True)  # fmt: skip
+    made = TargetSet(request=request, indexes=indexes, build_names=build_names, no_deps=no_deps,
                      members={k: Member(node=n) for k, n in found.items()})  # fmt: skip
     built = [m for m in made.members.values() if m.built]
     if no_deps:
@@ -166,10 +169,18 @@ def plan(request: RenderRequest, wants: Wants, indexes: Indexes, *, build_names:
     fetched = len(made.members) - len(built)
     say(f"set: {len(made.members)} distributions, {fetched} wheels to fetch, {len(built)} to "
         f"build" + (f" ({', '.join(made.order)})" if made.order else ""))  # fmt: skip
+    editable = {w.name for w in wants.requirements if w.editable}
     for key in made.order:
-        tree = wants.directories.get(made.members[key].node.candidate.name)
+        name = made.members[key].node.candidate.name
+        tree = wants.directories.get(name)
         if tree is not None:
-            say(f"set: {key} from the directory {tree}")
+            say(f"set: {key} from the directory {tree}" + (
+                " (-e: built as a regular wheel; an editable install points at this machine's "
+                "tree, which the board does not have)" if name in editable else ""))  # fmt: skip
+        if made.members[key].node.learn:
+            say(f"set: {key}'s sdist does not say what it needs at run time (setup.py's "
+                "install_requires, dynamic metadata): its wheel will, once built, and the set "
+                "adds it")  # fmt: skip
     return made
 
 
@@ -648,6 +659,16 @@ def _member_feed(made: TargetSet, work: Path, wants: Wants, options: BuildOption
     queue = list(made.order)
     building: list[str] = []  # the member whose build ran last
 
+    def _learn(key: str) -> None:
+        # what a wheel says it needs, where its sdist did not: built next, before the rest
+        member = made.members[key]
+        if member.error is not None or not member.node.learn:
+            return
+        try:
+            queue[:0] = learn_requires(made, key, wants, options.out, _sayer(progress, made.target))
+        except DockerarchError as exc:
+            member.error = exc
+
     def feed(result: JobResult | None) -> RenderRequest | None:
         with lock:
             if building and result is not None:
@@ -662,11 +683,13 @@ def _member_feed(made: TargetSet, work: Path, wants: Wants, options: BuildOption
                     queue[:0] = [*first, key]
                 else:
                     _take(member, result)
+                    _learn(key)
             while queue:
                 key = queue.pop(0)
                 member = made.members[key]
                 try:
                     if options.cache and _reuse(made, member, options.out, progress):
+                        _learn(key)
                         continue
                     # hybrid: the native backend and generators take twins from the set
                     request = build_requests(made, key, work, twins=options.accel == "hybrid")
@@ -736,6 +759,37 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
                  if d in built} for k in built}  # fmt: skip
     order = list(graphlib.TopologicalSorter(graph).static_order())
     made.order = [*order, *[k for k in made.order if k not in order]]
+    return order
+
+
+def learn_requires(made: TargetSet, key: str, wants: Wants, out: Path, say: Say) -> list[str]:
+    """What a member's wheel says it needs at run time, where its sdist did not say (its node's
+    ``learn``): kept for the next resolution (Indexes.learn), added to the set, new wheels
+    fetched; the new sdists to build, in their build order."""
+    member = made.members[key]
+    if not member.node.learn or member.path is None:
+        return []
+    lines = list(closure.wheel_metadata(member.path).get_all("Requires-Dist") or [])
+    target = python_target(made.request.target)
+    made.indexes.learn(member.node.candidate.file, target, lines)
+    found = {k: m.node for k, m in made.members.items()}
+    new = closure.complete_requires(found, member.node, lines, target, made.indexes, wants=wants,
+                                    build_names=made.build_names, say=say)  # fmt: skip
+    for node in new:
+        made.members.setdefault(node.key, Member(node=node))
+    built = {n.key for n in new if not n.candidate.is_wheel}
+    if made.no_deps and built:
+        raise UsageError(
+            f"With --no-deps, dockerarch builds only what it is asked, but {key}'s wheel says it "
+            f"needs {', '.join(sorted(built))}, which the index has no wheel of for the board",
+            fix="Drop --no-deps to build them in the set as well.",
+        )
+    fetch(made, wants, out, say)
+    graph = {k: {d for d in (set(made.members[k].node.build_env.values()) | made.members[k].node.requires)
+                 if d in built} for k in built}  # fmt: skip
+    order = list(graphlib.TopologicalSorter(graph).static_order())
+    at = made.order.index(key) + 1 if key in made.order else 0
+    made.order[at:at] = [k for k in order if k not in made.order]
     return order
 
 

