@@ -25,6 +25,7 @@ import email.message
 import email.parser
 import json
 import os
+import shutil
 import tarfile
 import tomllib
 import zipfile
@@ -32,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import requests
 from packaging.requirements import InvalidRequirement, Requirement
@@ -95,6 +98,8 @@ class Indexes:
         self.session = session or requests.Session()
         self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
         self.directories = wants.directories
+        self.find_links = wants.find_links
+        self._linked: dict[str, list[IndexFile]] | None = None
 
     def files(self, name: str) -> tuple[str, list[IndexFile]]:
         """(index URL, files) of project ``name`` from the first index that has it; a project
@@ -116,8 +121,26 @@ class Indexes:
                 kind = response.headers.get("Content-Type", "")
                 found = (index, simple_api.parse_project_page(response.content, kind, response.url))
                 break
+            linked = self.linked().get(name, [])
+            if linked:  # pip's --find-links: its files beside the index's
+                where = ", ".join(str(d) for d in self.find_links)
+                found = (f"{where} and {found[0]}" if found[0] else where, [*linked, *found[1]])
             self._pages[name] = found
         return self._pages[name]
+
+    def linked(self) -> dict[str, list[IndexFile]]:
+        """{canonical name: files} of the --find-links directories' wheels and sdists (read
+        once; each file's sha256 from its bytes)."""
+        if self._linked is None:
+            self._linked = {}
+            for directory in self.find_links:
+                for path in sorted(directory.iterdir()):
+                    name = _file_project(path.name)
+                    if name is not None and path.is_file():
+                        file = IndexFile(filename=path.name, url=path.as_uri(),
+                                         hashes={"sha256": sha256_file(path)})  # fmt: skip
+                        self._linked.setdefault(name, []).append(file)
+        return self._linked
 
     def _get(self, url: str, **kwargs: Any) -> requests.Response:
         try:
@@ -152,11 +175,14 @@ class Indexes:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-        response = self._get(file.url, stream=True)
-        self._check(response, file.filename)
-        with partial.open("wb") as out:
-            for chunk in response.iter_content(1 << 20):
-                out.write(chunk)
+        if file.url.startswith("file:"):  # a --find-links directory's
+            shutil.copyfile(Path(url2pathname(urlparse(file.url).path)), partial)
+        else:
+            response = self._get(file.url, stream=True)
+            self._check(response, file.filename)
+            with partial.open("wb") as out:
+                for chunk in response.iter_content(1 << 20):
+                    out.write(chunk)
         digest = sha256_file(partial)
         if file.sha256 and digest != file.sha256:
             partial.unlink()
@@ -206,6 +232,18 @@ class Indexes:
         path = self._learned_path(file, target)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, (json.dumps(list(lines), indent=1) + "\n").encode())
+
+
+def _file_project(filename: str) -> str | None:
+    """The canonical project name of a wheel or sdist file name, None for any other file."""
+    try:
+        if filename.endswith(".whl"):
+            return str(parse_wheel_filename(filename)[0])
+        if filename.endswith((".tar.gz", ".zip")):
+            return str(parse_sdist_filename(filename)[0])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    return None
 
 
 def _url_key(url: str) -> str:

@@ -3,14 +3,16 @@
 
 The format is pip's: one requirement a line (PEP 508, markers included), ``#`` comments, ``\\``
 continuations, per-line ``--hash=sha256:...``, and the options ``-r``/``--requirement``,
-``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url``, ``--require-hashes`` and
-``--no-binary`` (comma-separated names, ``:all:``, ``:none:``; as pip takes it).
+``-c``/``--constraint``, ``-i``/``--index-url``, ``--extra-index-url``, ``--require-hashes``,
+``--no-binary`` (comma-separated names, ``:all:``, ``:none:``; as pip takes it) and
+``-f``/``--find-links`` with a directory of wheels and sdists (a vendor's, say; relative to the
+requirements file where it exists there, as pip takes it).
 A line may also be a project's directory (``./my_ext``, ``/src/my_ext``, ``file:///src/my_ext``,
 relative to the current directory as pip takes it): that project, by its static name and version,
 built from the tree as it is (localtree); ``-e DIR`` (pip freeze's and pip-compile's editable
 local project) is the same project, built as a regular wheel: an editable install points at
 this machine's tree, which a board does not have. Anything else pip would take (editable VCS
-checkouts, URLs, ``--find-links``) is refused by name and line, never ignored: a set that
+checkouts, URLs, ``--find-links`` to a web page) is refused by name and line, never ignored: a set that
 silently lost a line would install something else on the board than the file says.
 """
 
@@ -27,7 +29,7 @@ from packaging.utils import InvalidName, canonicalize_name
 
 from dockerarch.errors import UsageError
 from dockerarch.localtree import local_spec
-from dockerarch.recipes import PackageSpec, local_package
+from dockerarch.recipes import PackageSpec, directory_named, local_package
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +60,7 @@ class Wants:
     # built from their sdists even where the index has a wheel that fits (pip's --no-binary;
     # ALL: every package of the set, not the build tools of their build environments)
     no_binary: set[str] = field(default_factory=set)
+    find_links: list[Path] = field(default_factory=list)  # directories of wheels and sdists
 
     @property
     def directories(self) -> dict[str, Path]:
@@ -78,7 +81,8 @@ class Wants:
 
 _OPTION_WITH_VALUE = {"-r": "requirement", "--requirement": "requirement", "-c": "constraint",
                       "--constraint": "constraint", "-i": "index-url", "--index-url": "index-url",
-                      "--extra-index-url": "extra-index-url", "--no-binary": "no-binary"}  # fmt: skip
+                      "--extra-index-url": "extra-index-url", "--no-binary": "no-binary",
+                      "-f": "find-links", "--find-links": "find-links"}  # fmt: skip
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 _DIRECTORY_LINE = re.compile(r"(.*?)\s*(\[[^\]]*\])?\s*(?:;\s*(.*))?", re.S)
 ALL = ":all:"
@@ -157,8 +161,9 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
             if kind is None:
                 raise _bad(where, f"dockerarch does not take {option} in a requirements file",
                            "A set takes requirements, -r, -c, -i/--index-url, --extra-index-url, "
-                           "--no-binary, --hash and --require-hashes, and projects by their directory "
-                           "(./DIR, -e ./DIR); put other options on the command line.")  # fmt: skip
+                           "--no-binary, -f/--find-links DIR, --hash and --require-hashes, and "
+                           "projects by their directory (./DIR, -e ./DIR); put other options on "
+                           "the command line.")  # fmt: skip
             if not value:
                 if len(rest) != 1:
                     raise _bad(where, f"{option} takes one value", f"Write it as {option} VALUE.")
@@ -172,6 +177,10 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
                 wants.index_url = value
             elif kind == "no-binary":
                 add_no_binary(value, wants.no_binary, where)
+            elif kind == "find-links":
+                # pip: relative to the requirements file when it exists there
+                beside = path.parent / value
+                add_find_links(str(beside) if beside.is_dir() else value, wants, where)
             else:
                 wants.extra_index_urls.append(value)
             continue
@@ -183,6 +192,24 @@ def read_file(path: Path, wants: Wants, *, constraint: bool = False,
         (wants.constraints if constraint else wants.requirements).append(wanted)
         if wanted.hashes:
             wants.require_hashes = True
+
+
+def add_find_links(value: str, wants: Wants, where: str) -> None:
+    """A --find-links directory (or file:// URL of one) into ``wants``; a web page is refused."""
+    try:
+        directory = directory_named(value) or Path(value)
+    except UsageError as exc:
+        raise _bad(where, exc.problem, exc.fix or "") from None
+    if "://" in value and not value.startswith("file:"):
+        raise _bad(where, f"--find-links {value} is a web page",
+                   "A set takes --find-links as a directory of wheels and sdists on this machine; "
+                   "give a web index with --extra-index-url.")  # fmt: skip
+    if not directory.expanduser().is_dir():
+        raise _bad(where, f"--find-links {value}: no such directory",
+                   "Give a directory that holds the wheels and sdists (pip's --find-links DIR).")  # fmt: skip
+    found = directory.expanduser().resolve()
+    if found not in wants.find_links:
+        wants.find_links.append(found)
 
 
 def _editable(given: str, where: str, *, constraint: bool) -> Wanted:
@@ -271,9 +298,10 @@ def _directory(spec: str, where: str) -> tuple[Path, PackageSpec] | None:
 def read_wants(requirement_files: list[Path], constraint_files: list[Path], packages: list[str],
                *, index_url: str | None = None, extra_index_urls: list[str] | None = None,
                require_hashes: bool = False, build_constraint_files: list[Path] | None = None,
-               no_binary: list[str] | None = None) -> Wants:  # fmt: skip
+               no_binary: list[str] | None = None,
+               find_links: list[str] | None = None) -> Wants:  # fmt: skip
     """Everything a set is asked for, from the command line's -r, -c, --build-constraint,
-    --no-binary and --package."""
+    --no-binary, --find-links and --package."""
     wants = Wants(require_hashes=require_hashes)
     for path in requirement_files:
         read_file(path, wants)
@@ -283,7 +311,8 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
         # uv's and pip's --build-constraint: pins for every build environment, none for the set
         builds = Wants()
         read_file(path, builds, constraint=True)
-        if builds.index_url or builds.extra_index_urls or builds.require_hashes or builds.no_binary:
+        if (builds.index_url or builds.extra_index_urls or builds.require_hashes or builds.no_binary
+                or builds.find_links):  # fmt: skip
             raise _bad(str(path), "a build-constraints file names an index, hashes or --no-binary",
                        "Give indexes, --no-binary and --require-hashes on the command line or in a "
                        "requirements file; a build-constraints file holds pins only.")  # fmt: skip
@@ -295,6 +324,8 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
     wants.extra_index_urls.extend(extra_index_urls or [])
     for value in no_binary or []:  # after the files, as pip applies the command line's
         add_no_binary(value, wants.no_binary, "--no-binary")
+    for value in find_links or []:
+        add_find_links(value, wants, "--find-links")
     if not wants.requirements:
         raise UsageError(
             "Nothing to build: the requirements given name no package",

@@ -500,6 +500,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "build_constraints": [f"{w.requirement} ({w.where})" for w in wants.build_constraints],
         "no_binary": sorted(wants.no_binary),
         "indexes": [wants.index_url or "pip's default", *wants.extra_index_urls],
+        "find_links": [str(d) for d in wants.find_links],
         "build_order": made.order,
         "distributions": entries,
         "needs_apt": made.needs_apt,
@@ -546,6 +547,7 @@ class SetRequest:
     extra_index_urls: list[str] = field(default_factory=list)
     require_hashes: bool = False
     no_binary: list[str] = field(default_factory=list)  # --no-binary values, as pip takes them
+    find_links: list[str] = field(default_factory=list)  # --find-links directories
     no_deps: bool = False
     name: str | None = None
     test_requires: list[str] = field(default_factory=list)  # installed beside the set for --test
@@ -560,6 +562,7 @@ class SetRequest:
         return read_wants(self.requirement_files, self.constraint_files, self.packages,
                           index_url=self.index_url, extra_index_urls=self.extra_index_urls,
                           require_hashes=self.require_hashes, no_binary=self.no_binary,
+                          find_links=self.find_links,
                           build_constraint_files=self.build_constraint_files)  # fmt: skip
 
     @property

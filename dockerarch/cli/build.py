@@ -131,6 +131,7 @@ def build(
     no_binary: options.NoBinary = None,
     index_url: options.IndexUrl = None,
     extra_index_url: options.ExtraIndexUrl = None,
+    find_links: options.FindLinks = None,
     require_hashes: options.RequireHashes = False,
     set_name: options.SetName = None,
     test_requires: options.TestRequires = None,
@@ -161,7 +162,8 @@ def build(
         requirement_files=requirement or [], constraint_files=constraint or [],
         build_constraint_files=build_constraint or [], packages=[package] if package else [],
         index_url=index_url, extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
-        no_deps=no_deps, no_binary=no_binary or [], name=set_name, test_requires=test_requires or [],
+        no_deps=no_deps, no_binary=no_binary or [], find_links=find_links or [], name=set_name,
+        test_requires=test_requires or [],
         test_command=test_command, test_sources=test_sources,
     )  # fmt: skip
     wanted = asked if is_set(recipe, asked, push=push) else None
@@ -204,7 +206,7 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
     from_index = package is not None and directory_named(package) is None
     set_options = (wanted.test_requires or wanted.test_command or wanted.test_sources
                    or wanted.no_deps or wanted.no_binary or wanted.index_url
-                   or wanted.extra_index_urls or wanted.constraint_files
+                   or wanted.extra_index_urls or wanted.find_links or wanted.constraint_files
                    or wanted.build_constraint_files or wanted.require_hashes or wanted.name)  # fmt: skip
     # a directory with a set's options is a set of one: the project with what it needs
     if recipe == "wheel" and (wanted.requirement_files or from_index
@@ -216,7 +218,7 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
         return True
     if set_options:
         raise UsageError("--no-deps, --no-binary, -c, --build-constraint, --index-url, --extra-index-url, "
-                         "--require-hashes, --name and the --test options go with a wheel set: "
+                         "--find-links, --require-hashes, --name and the --test options go with a wheel set: "
                          "build wheel -r FILE, or --package NAME",
                          fix="Give -r requirements.txt or a --package spec.")  # fmt: skip
     return False

@@ -85,6 +85,16 @@ ExtraIndexUrl = Annotated[
     list[str] | None,
     typer.Option("--extra-index-url", help="With -r: a further index; repeatable."),
 ]
+FindLinks = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--find-links",
+        "-f",
+        metavar="DIR",
+        help="With -r: a directory of wheels and sdists to take files from beside the index "
+        "(a vendor's wheels, say), as pip's; repeatable.",
+    ),
+]
 RequireHashes = Annotated[
     bool, typer.Option("--require-hashes", help="With -r: every requirement must carry --hash.")
 ]

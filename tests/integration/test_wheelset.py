@@ -21,7 +21,20 @@ import pytest
 
 from dockerarch.closure import default_index
 from tests.integration.conftest import dockerarch
-from tests.integration.settest_index import B_C, BROKEN, OLD, A, B, C, D, G, M, serve, write_index
+from tests.integration.settest_index import (
+    B_C,
+    BROKEN,
+    OLD,
+    A,
+    B,
+    C,
+    D,
+    G,
+    M,
+    pure_wheel,
+    serve,
+    write_index,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -489,27 +502,39 @@ def test_a_project_given_by_its_directory_is_built_in_the_set_with_what_it_needs
     assert run_set() == "second"
 
 
-def test_what_only_a_build_knows_a_package_needs_joins_the_set_from_its_wheel(
-    index: str, built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
-    """A project given as pip freeze writes an editable one (-e DIR) whose dependencies only its
-    setup.py says (pyproject.toml's dynamic), needing a (the set's, built before) and old, an
-    index's sdist of metadata 1.1 that needs c: each built, its wheel read, what it says added to
-    the set (old built in turn, c fetched), all installed on the board together; the next run
-    knows it all before building anything."""
-    out, _ = built
+def dyn_dir(tmp_path: Path) -> Path:
+    """dockerarch-settest-dyn: its dependencies in setup.py's install_requires only."""
     dyn = tmp_path / "dyn"
     (dyn / "dyn_pkg").mkdir(parents=True)
     (dyn / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "dockerarch-settest-dyn"\nversion = "1.0"\ndynamic = ["dependencies"]\n'
     )
+    needs = f'"{A}", "dockerarch-settest-vendor", "{OLD}"'
     (dyn / "setup.py").write_text(
-        f'from setuptools import setup\nsetup(packages=["dyn_pkg"], install_requires=["{A}", "{OLD}"])\n'
+        f"from setuptools import setup\nsetup(packages=['dyn_pkg'], install_requires=[{needs}])\n"
     )
-    (dyn / "dyn_pkg" / "__init__.py").write_text("import a_pkg, old_pkg\n")
+    (dyn / "dyn_pkg" / "__init__.py").write_text("import a_pkg, old_pkg, vendor_mod\n")
+    return dyn
 
-    done = build_set(index, out, f"-e {dyn}\n", "--name", "dyn")  # as pip freeze writes it
+
+def test_what_only_a_build_knows_a_package_needs_joins_the_set_from_its_wheel(
+    index: str, built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A project given as pip freeze writes an editable one (-e DIR) whose dependencies only its
+    setup.py says (pyproject.toml's dynamic), needing a (the set's, built before), a vendor's
+    wheel only a --find-links directory holds, and old, an index's sdist of metadata 1.1 that
+    needs c: each built, its wheel read, what it says added to the set (old built in turn, the
+    vendor's wheel and c fetched), all installed on the board together; the next run knows it
+    all before building anything."""
+    out, _ = built
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    pure_wheel(vendor, "dockerarch-settest-vendor", "vendor_mod", "NAME = 'vendor'\n")
+    dyn = dyn_dir(tmp_path)
+    requirements = f"--find-links {vendor}\n-e {dyn}\n"  # -e DIR: as pip freeze writes it
+
+    done = build_set(index, out, requirements, "--name", "dyn")
     assert done.returncode == 0, done.stderr[-4000:]
     text = said(done)
     assert (
@@ -517,21 +542,23 @@ def test_what_only_a_build_knows_a_package_needs_joins_the_set_from_its_wheel(
         in text
     )
     assert "dockerarch-settest-dyn==1.0's sdist does not say what it needs at run time" in text
-    assert f"dockerarch-settest-dyn==1.0 needs {A}==1.0, {OLD}==1.0 (its wheel says)" in text
+    assert (f"dockerarch-settest-dyn==1.0 needs {A}==1.0, {OLD}==1.0, "
+            "dockerarch-settest-vendor==1.0 (its wheel says)") in text  # fmt: skip
     assert f"{OLD}==1.0 needs {C}==1.0 (its wheel says)" in text
     assert f"{A}==1.0 already built" in text  # the set's a, built once per target
     sets = json.loads((out / "debian-armv7" / "sets" / "dyn" / "manifest.json").read_text())
     assert {e["name"] for e in sets["distributions"] if e["runtime"]} == {
-        "dockerarch-settest-dyn", A, OLD, C}  # fmt: skip
+        "dockerarch-settest-dyn", "dockerarch-settest-vendor", A, OLD, C}  # fmt: skip
+    assert sets["find_links"] == [str(vendor)]
     lock = (out / "debian-armv7" / "sets" / "dyn" / "requirements.txt").read_text()
     assert f"{OLD}==1.0" in lock and f"{C}==1.0" in lock
     ran = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm/v7", "--network",
                           "none", "dockerarch/dyn:set-debian-armv7", "python3", "-c",
-                          "import dyn_pkg, old_pkg; print(old_pkg.ANSWER)"],
+                          "import dyn_pkg, old_pkg, vendor_mod; print(old_pkg.ANSWER, vendor_mod.NAME)"],
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert ran.returncode == 0 and ran.stdout.strip() == "42", ran.stderr
+    assert ran.returncode == 0 and ran.stdout.strip() == "42 vendor", ran.stderr
 
-    again = build_set(index, out, f"-e {dyn}\n", "--name", "dyn")
+    again = build_set(index, out, requirements, "--name", "dyn")
     assert again.returncode == 0, again.stderr[-3000:]
     text = said(again)
     assert "does not say what it needs" not in text and "(its wheel says)" not in text

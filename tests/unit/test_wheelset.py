@@ -8,6 +8,7 @@ import hashlib
 import io
 import os
 import tarfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def test_a_requirements_file_is_read_as_pip_reads_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "says"),
     [("-e git+https://127.0.0.1/x.git#egg=x", "-e git+https://127.0.0.1/x.git#egg=x is not a directory"),
-     ("--find-links /x", "does not take --find-links"),
+     ("--trusted-host 127.0.0.1", "does not take --trusted-host"),
      ("pkg @ http://127.0.0.1/x.whl", "names a URL"), ("pkg==1 --hash=md5:00", "is not a sha256"),
      ("not a requirement!", "is not a requirement")],
 )  # fmt: skip
@@ -518,6 +519,59 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     )
     assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
     assert set(made.order) == {"numpy==2.0.0", "six==1.17.0", "cpkg==1.0"}
+
+
+def _wheel_file(directory: Path, filename: str, requires: tuple[str, ...] = ()) -> Path:
+    name, version = filename.split("-")[:2]
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(directory / filename, "w") as archive:
+        archive.writestr(f"{name}-{version}.dist-info/METADATA", metadata)
+    return directory / filename
+
+
+def test_find_links_directories_are_read_as_pip_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "reqs" / "vendor").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reqs" / "r.txt").write_text("-f vendor\n--find-links=elsewhere\nsix\n")
+    wants = pyreqs.read_wants([tmp_path / "reqs" / "r.txt"], [], [],
+                              find_links=["./elsewhere", f"file://{tmp_path}/reqs/vendor"])  # fmt: skip
+    # vendor beside the file; elsewhere from the current directory; each once
+    assert wants.find_links == [tmp_path / "reqs" / "vendor", tmp_path / "elsewhere"]
+    for line, says in (("-f https://127.0.0.1/wheels/", "is a web page"),
+                       ("--find-links nowhere", "--find-links nowhere: no such directory")):  # fmt: skip
+        (tmp_path / "bad.txt").write_text(f"six\n{line}\n")
+        with pytest.raises(UsageError) as err:
+            pyreqs.read_wants([tmp_path / "bad.txt"], [], [])
+        assert "bad.txt:2: " in err.value.problem and says in err.value.problem
+
+
+def test_a_find_links_directory_s_files_stand_beside_the_index_s(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    """A vendor's wheel only the directory has, and an armv7 wheel of numpy that spares its
+    build: both taken from the directory, copied into the downloads cache by sha256."""
+    vendor = tmp_path / "vendor"
+    _wheel_file(vendor, "vendorlib-1.0-py3-none-any.whl", ("cpkg",))
+    numpy = _wheel_file(vendor, "numpy-2.0.0-cp311-cp311-linux_armv7l.whl")
+    (vendor / "README.txt").write_text("not a distribution\n")
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/", find_links=[vendor],
+                         requirements=[pyreqs.parse_line("vendorlib", "test")])  # fmt: skip
+    indexes = closure.Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
+    found = closure.resolve(wants, ARMV7, indexes)
+    assert found["vendorlib==1.0"].requires == {"cpkg==1.0"}
+    assert found["numpy==2.0.0"].candidate.is_wheel  # the directory's armv7 wheel, not the sdist
+    assert found["numpy==2.0.0"].candidate.file.url == numpy.as_uri()
+    cached = indexes.download(found["numpy==2.0.0"].candidate.file)
+    assert cached.read_bytes() == numpy.read_bytes() and cached.parent.name == sha256_file(numpy)
+    source, _ = indexes.files("numpy")
+    assert source == f"{vendor} and http://127.0.0.1:9/simple/"
+    assert indexes.files("vendorlib")[0] == str(vendor)  # the index has no such project
 
 
 def _with_old_sdist(index: FakeIndex) -> None:
