@@ -476,7 +476,7 @@ def image_tag(request: RenderRequest, target: str) -> str:
 def runtime_image(job: JobState) -> None:
     """The runtime stage from exactly the verified files (the named context `artifacts` in place
     of the stage: nothing of the build stage is resolved again), loaded into the engine."""
-    if not job.options.smoke:
+    if not job.options.smoke or job.request.wheel_only:
         return
     request = job.request
     job.image_tag = image_tag(request, job.target)

@@ -51,6 +51,9 @@ class RenderRequest:
     # A wheel set's member: the target's packages that the set's wheels its runtime image installs
     # with it need (their own builds found them: scipy's libopenblas0-pthread for lightgbm)
     runtime_needs: tuple[str, ...] = ()
+    # A wheel set's member whose run-time requirements only its wheel tells: the wheel alone (no
+    # runtime image, no smoke test), built again with them once the set has them
+    wheel_only: bool = False
 
     @property
     def built_options(self) -> dict[str, str]:

@@ -233,6 +233,8 @@ def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[
     sdist = (manifest.get("wheelset") or {}).get("sdist") or {}
     if sdist.get("sha256") != candidate.file.sha256 or not candidate.file.sha256:
         return None
+    if (manifest.get("wheelset") or {}).get("wheel_only"):
+        return None  # built before what it needs was known: built again, with them
     for artifact in manifest.get("artifacts", []):
         path = directory / str(artifact.get("name"))
         if (
@@ -288,7 +290,8 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
                                version=spec.version or "any", wheelset=context,
                                installed_with=installed_with(made, key),
-                               runtime_needs=runtime_needs(made, key))  # fmt: skip
+                               runtime_needs=runtime_needs(made, key),
+                               wheel_only=member.node.learn)  # fmt: skip
 
 
 def runtime_needs(made: TargetSet, key: str) -> tuple[str, ...]:
@@ -663,14 +666,22 @@ def _member_feed(made: TargetSet, work: Path, wants: Wants, options: BuildOption
     building: list[str] = []  # the member whose build ran last
 
     def _learn(key: str) -> None:
-        # what a wheel says it needs, where its sdist did not: built next, before the rest
+        # what a wheel says it needs, where its sdist did not: built next, before the rest; a
+        # wheel built alone is built again after them, with its runtime image and smoke test
         member = made.members[key]
         if member.error is not None or not member.node.learn:
             return
+        alone = bool((member.record or {}).get("wheelset", {}).get("wheel_only"))  # type: ignore[attr-defined]
+        say = _sayer(progress, made.target)
         try:
-            queue[:0] = learn_requires(made, key, wants, options.out, _sayer(progress, made.target))
+            order = learn_requires(made, key, wants, options.out, say)
         except DockerarchError as exc:
             member.error = exc
+            return
+        if alone:
+            say(f"set: {key} is built again after what it needs, for its runtime image and "
+                "smoke test")  # fmt: skip
+        queue[:0] = [*order, key] if alone else order
 
     def feed(result: JobResult | None) -> RenderRequest | None:
         with lock:
@@ -821,6 +832,8 @@ def _take(member: Member, result: JobResult) -> None:
     record["wheelset"] = {
         "sdist": {"file": file.filename, "url": file.url, "sha256": file.sha256},
         "build_env": sorted(member.node.build_env.values()),
+        # built before what it needs was known (no runtime image): never reused as a result
+        "wheel_only": member.node.learn,
     }
     write_atomic(manifest_path, (json.dumps(record, indent=2) + "\n").encode())
     member.result, member.record, member.path = result.directory, record, wheels[0]

@@ -545,6 +545,9 @@ def test_what_only_a_build_knows_a_package_needs_joins_the_set_from_its_wheel(
     assert (f"dockerarch-settest-dyn==1.0 needs {A}==1.0, {OLD}==1.0, "
             "dockerarch-settest-vendor==1.0 (its wheel says)") in text  # fmt: skip
     assert f"{OLD}==1.0 needs {C}==1.0 (its wheel says)" in text
+    for key in ("dockerarch-settest-dyn==1.0", f"{OLD}==1.0"):  # the wheel alone first
+        assert f"set: {key} is built again after what it needs, for its runtime image" in text
+    assert text.count(f"set: building {OLD}==1.0") == 2
     assert f"{A}==1.0 already built" in text  # the set's a, built once per target
     sets = json.loads((out / "debian-armv7" / "sets" / "dyn" / "manifest.json").read_text())
     assert {e["name"] for e in sets["distributions"] if e["runtime"]} == {
