@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 import zipfile
@@ -979,3 +980,29 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     armv7.mkdir()
     assert wheelset.native_twins(made, sorted(members), armv7) == [cy86, x86, i686]
     assert (armv7 / i686).read_bytes() == b"i686"
+
+
+def test_a_wheel_built_before_its_requirements_were_known_is_never_reused(tmp_path: Path) -> None:
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    wheel = tmp_path / "debian-armv7" / "old-1.0" / "old-1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"wheel")
+    digest = "a" * 64
+    node = closure.Resolved(candidate=closure.Candidate(
+        name="old", version=Version("1.0"),
+        file=IndexFile(filename="old-1.0.tar.gz", url="http://127.0.0.1/o", hashes={"sha256": digest})))  # fmt: skip
+    member = wheelset.Member(node=node)
+
+    def manifest(wheel_only: bool) -> None:
+        (wheel.parent / "manifest.json").write_text(json.dumps({
+            "artifacts": [{"kind": "wheel", "name": wheel.name, "sha256": sha256_file(wheel)}],
+            "wheelset": {"sdist": {"sha256": digest}, "wheel_only": wheel_only}}))  # fmt: skip
+
+    manifest(wheel_only=False)
+    found = wheelset.previous_result(tmp_path, "debian-armv7", member)
+    assert found is not None and found[2] == wheel
+    manifest(wheel_only=True)  # no runtime image, no smoke test: built again
+    assert wheelset.previous_result(tmp_path, "debian-armv7", member) is None
