@@ -575,29 +575,26 @@ def test_a_find_links_directory_s_files_stand_beside_the_index_s(
     assert indexes.files("vendorlib")[0] == str(vendor)  # the index has no such project
 
 
-def _with_old_sdist(index: FakeIndex) -> None:
-    """``old``: an sdist of metadata 1.1 and no pyproject.toml (setup.py's install_requires), as
-    RPi.GPIO's and many others are: only a build tells what it needs."""
+def _learning(
+    index: FakeIndex, tmp_path: Path
+) -> tuple[pyreqs.Wants, closure.Indexes, dict[str, closure.Resolved]]:
+    """The set of old and six, resolved to learn: old is an sdist of metadata 1.1 and no
+    pyproject.toml (setup.py's install_requires), as RPi.GPIO's and many others are: only a build
+    tells what it needs."""
     old = sdist_bytes("old", "", "Metadata-Version: 1.1\nName: old\nVersion: 1.0\n")
     index.files["old"] = {"old-1.0.tar.gz": old}
-
-
-def _learning(
-    index: FakeIndex, tmp_path: Path, *lines: str
-) -> tuple[pyreqs.Wants, closure.Indexes]:
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
-                         requirements=[pyreqs.parse_line(x, "test") for x in lines])  # fmt: skip
-    return wants, closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+                         requirements=[pyreqs.parse_line(x, "test") for x in ("old", "six")])  # fmt: skip
+    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    return wants, indexes, closure.resolve(wants, ARMV7, indexes, learn=True)
 
 
 def test_an_sdist_that_says_nothing_is_refused_or_left_for_its_wheel_to_tell(
     index: FakeIndex, tmp_path: Path
 ) -> None:
-    _with_old_sdist(index)
-    wants, indexes = _learning(index, tmp_path, "old", "six")
+    wants, indexes, found = _learning(index, tmp_path)
     with pytest.raises(closure.ResolutionError, match="does not say what old needs"):
         closure.resolve(wants, ARMV7, indexes)
-    found = closure.resolve(wants, ARMV7, indexes, learn=True)
     assert found["old==1.0"].learn and found["old==1.0"].requires == set()
     assert not found["six==1.17.0"].learn  # its pyproject.toml says
 
@@ -605,9 +602,7 @@ def test_an_sdist_that_says_nothing_is_refused_or_left_for_its_wheel_to_tell(
 def test_what_a_built_wheel_says_it_needs_joins_the_set_and_is_known_next_time(
     index: FakeIndex, tmp_path: Path
 ) -> None:
-    _with_old_sdist(index)
-    wants, indexes = _learning(index, tmp_path, "old", "six")
-    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    wants, indexes, found = _learning(index, tmp_path)
     old = found["old==1.0"]
     said = ["numpy>=1.26", "six", "winonly; sys_platform == 'win32'", "pytest; extra == 'test'"]
     new = closure.complete_requires(found, old, said, ARMV7, indexes, wants=wants)
@@ -631,9 +626,7 @@ def test_what_a_built_wheel_says_it_needs_joins_the_set_and_is_known_next_time(
 def test_a_wheel_that_needs_what_the_set_did_not_choose_asks_for_a_new_run(
     index: FakeIndex, tmp_path: Path
 ) -> None:
-    _with_old_sdist(index)
-    wants, indexes = _learning(index, tmp_path, "old", "six")
-    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    wants, indexes, found = _learning(index, tmp_path)
     with pytest.raises(closure.ResolutionError) as err:
         closure.complete_requires(found, found["old==1.0"], ["six<1.17"], ARMV7, indexes,
                                   wants=wants)  # fmt: skip
