@@ -768,12 +768,16 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
     for node in new:
         made.members.setdefault(node.key, Member(node=node))
     fetch(made, wants, out, say)
-    built = {n.key for n in new if not n.candidate.is_wheel}
-    graph = {k: {d for d in (set(made.members[k].node.build_env.values()) | made.members[k].node.requires)
-                 if d in built} for k in built}  # fmt: skip
-    order = list(graphlib.TopologicalSorter(graph).static_order())
+    order = _build_order(made, {n.key for n in new if not n.candidate.is_wheel})
     made.order = [*order, *[k for k in made.order if k not in order]]
     return order
+
+
+def _build_order(made: TargetSet, keys: set[str]) -> list[str]:
+    """``keys`` (members to build) in the order their builds and run-time needs among them ask."""
+    graph = {k: {d for d in (set(made.members[k].node.build_env.values()) | made.members[k].node.requires)
+                 if d in keys} for k in keys}  # fmt: skip
+    return list(graphlib.TopologicalSorter(graph).static_order())
 
 
 def learn_requires(made: TargetSet, key: str, wants: Wants, out: Path, say: Say) -> list[str]:
@@ -799,9 +803,7 @@ def learn_requires(made: TargetSet, key: str, wants: Wants, out: Path, say: Say)
             fix="Drop --no-deps to build them in the set as well.",
         )
     fetch(made, wants, out, say)
-    graph = {k: {d for d in (set(made.members[k].node.build_env.values()) | made.members[k].node.requires)
-                 if d in built} for k in built}  # fmt: skip
-    order = list(graphlib.TopologicalSorter(graph).static_order())
+    order = _build_order(made, built)
     at = made.order.index(key) + 1 if key in made.order else 0
     made.order[at:at] = [k for k in order if k not in made.order]
     return order
