@@ -732,7 +732,10 @@ def complete_requires(found: dict[str, Resolved], node: Resolved, lines: Sequenc
     new nodes. A requirement the set's versions do not meet is an error whose fix is a new run,
     which resolves knowing it from the start (Indexes.learn keeps it)."""
     node.learn = False
-    extras = node.candidate.extras or {""}
+    # the extras the requirements ask of it (dyn[fast]), as the resolver gives them to any other
+    asked = {e for w in wants.requirements if w.name == node.candidate.name
+             for e in w.requirement.extras}  # fmt: skip
+    extras = {"", *asked}
     roots = []
     for line in lines:
         requirement = _parse(line, node.candidate)

@@ -623,6 +623,19 @@ def test_what_a_built_wheel_says_it_needs_joins_the_set_and_is_known_next_time(
     assert closure.resolve(wants, aarch64, indexes, learn=True)["old==1.0"].learn
 
 
+def test_the_extras_asked_of_a_learned_package_are_in_what_it_needs(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    wants, indexes, found = _learning(index, tmp_path)
+    said = ["six", "numpy>=1.26; extra == 'fast'"]
+    closure.complete_requires(found, found["old==1.0"], said, ARMV7, indexes, wants=wants)
+    assert found["old==1.0"].requires == {"six==1.17.0"}  # nobody asked for old[fast]
+    wants.requirements[0] = pyreqs.parse_line("old[fast]", "test")
+    _, _, found = _learning(index, tmp_path / "again")
+    closure.complete_requires(found, found["old==1.0"], said, ARMV7, indexes, wants=wants)
+    assert found["old==1.0"].requires == {"six==1.17.0", "numpy==2.0.0"}
+
+
 def test_a_wheel_that_needs_what_the_set_did_not_choose_asks_for_a_new_run(
     index: FakeIndex, tmp_path: Path
 ) -> None:
