@@ -169,8 +169,7 @@ class Indexes:
                 fix="Check the --hash lines of the requirements file against the file's "
                 "(pip hash FILE).",
             )
-        key = file.sha256 or _url_key(file.url)
-        path = self.cache / key[:2] / key / file.filename
+        path = self._cache_dir(file) / file.filename
         if path.is_file() and (not file.sha256 or sha256_file(path) == file.sha256):
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,11 +210,15 @@ class Indexes:
                 return email.parser.BytesParser().parsebytes(response.content)
         return wheel_metadata(self.download(file))
 
+    def _cache_dir(self, file: IndexFile) -> Path:
+        """Where ``file`` (and what is learned of it) is kept: by sha256."""
+        key = file.sha256 or _url_key(file.url)
+        return self.cache / key[:2] / key
+
     def _learned_path(self, file: IndexFile, target: PythonTarget) -> Path:
         # per machine and Python: a setup.py may ask for more on one board than on another
-        key = file.sha256 or _url_key(file.url)
         machine, (major, minor) = target.markers["platform_machine"], target.python
-        return self.cache / key[:2] / key / f"{LEARNED}-{machine}-cp{major}{minor}.json"
+        return self._cache_dir(file) / f"{LEARNED}-{machine}-cp{major}{minor}.json"
 
     def learned(self, file: IndexFile, target: PythonTarget) -> list[str] | None:
         """The Requires-Dist a build of the sdist ``file`` for ``target`` wrote in its wheel

@@ -220,7 +220,8 @@ def _editable(given: str, where: str, *, constraint: bool) -> Wanted:
                    "directory in the requirements file (-r).")  # fmt: skip
     if not given:
         raise _bad(where, "-e takes one value", "Write it as -e ./DIR.")
-    if _directory(re.split(r"[\[;\s]", given, maxsplit=1)[0], where) is None:
+    path, _, _ = _DIRECTORY_LINE.fullmatch(given).groups()  # type: ignore[union-attr]
+    if _directory(path, where) is None:
         raise _bad(where, f"-e {given} is not a directory on this machine",
                    "A set builds an editable project from its checkout: check it out and name "
                    "its directory (-e ./DIR or ./DIR).")  # fmt: skip
