@@ -145,7 +145,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     # What build-essential brought that builds still need.
     assert {"libc6-dev", "make", "patch", "libatomic1"} <= set(packages)
     graft = build.index("COPY --from=toolchain /toolchain/ /")
-    assert graft < build.index("RUN mkdir -p /out")
+    assert graft < build.index("mkdir -p /out")
     assert f"CC={board.triplet}-gcc" in build and f"CXX={board.triplet}-g++" in build
     assert f"id=dockerarch-ccache-{board.name}" in build[graft:]
     assert build.rstrip().endswith(
@@ -173,8 +173,11 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     collect = head[head.index("collect-toolchain") :].split("\n\n")[0]
     for driver in drivers:
         assert f"{driver}={','.join(accel.DRIVERS[driver])}" in collect
-    swap = build.index(f"RUN sh /usr/lib/dockerarch/libexec/use-native-drivers {accel.DRIVERS_LOG}")
-    assert graft < swap < build.index("RUN mkdir -p /out")
+    # One step after the graft: the compiler's check, the drivers' swap, the libraries' owners.
+    check = build.index("RUN printf 'int main(void) { return 0; }")
+    swap = build.index(f" && sh /usr/lib/dockerarch/libexec/use-native-drivers {accel.DRIVERS_LOG}")
+    sonames = build.index(" && mkdir -p /out /src /stage")
+    assert graft < check < swap < sonames < build.index("\nRUN ", check + 1)
     # The runtime image takes nothing of the cross toolchain; a wheel's installation there
     # byte-compiles with the native-python stage's interpreter (pip-install, a toolchain script)
     assert not re.search(r"from=toolchain|ccache|dockerarch-cc|x86", runtime)
