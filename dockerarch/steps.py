@@ -73,6 +73,10 @@ def _describe(stage: str, command: str, subject: str) -> str:
     body = _MOUNT.sub("", rest)
     if "DOCKERARCH_NEEDS" in body:
         return "runtime packages: the libraries the artifacts need"
+    if "/tmp/hello.c" in body:  # the graft's one step: check, drivers, libraries' owners
+        if "use-native-drivers" in body:
+            return "checking the grafted compiler, the native build driver"
+        return "checking the grafted compiler"
     if "dockerarch-sonames.tsv" in body:
         return "listing which package ships each shared library"
     apt = _APT.search(body)
@@ -94,15 +98,11 @@ def _describe(stage: str, command: str, subject: str) -> str:
     fetch = _FETCH.search(body)
     if fetch:
         return f"fetching {fetch.group('spec')} from the index"
-    if "/tmp/hello.c" in body:
-        return "checking the grafted compiler"
     if "/tmp/dockerarch-patches/" in body:
         return "applying the recipe's patches"
     wheels = _NATIVE_WHEELS.search(body)
     if wheels:
         return f"fetching the native {', '.join(wheels.group('dists').split())} wheels"
-    if "use-native-drivers" in body:
-        return "putting the native build driver in place"
     if "native-needs" in body:
         return "shared libraries: read natively"
     if "dockerarch-cc --report" in body:

@@ -63,8 +63,7 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
     assert "native toolchain: collecting gcc 12 for arm-linux-gnueabihf" in said
     assert "fetching zstandard==0.23.0 from the index" in said
     assert "grafting the native cross compiler" in said
-    assert "checking the grafted compiler" in said
-    assert "putting the native build driver in place" in said
+    assert "checking the grafted compiler, the native build driver" in said
     assert "compiling zstandard with uv" in said
     assert "runtime image: installing the artifacts" in said
     assert any(re.fullmatch(r"apt: \d+ packages", s) for s in said)
