@@ -36,8 +36,8 @@
  * compiles that ask for a dependency file (-MD, -MMD: CMake's and Meson's ninja rules do); a C
  * or C++ compile that asks for none (setuptools', most makefiles') gets one in a temporary file
  * of this program's own, removed after the compile: the build sees no new file and no other
- * output. An empty include directory under /tmp (a build environment's <venv>/include, whose
- * random path setuptools adds to every compile) is left out of what ccache runs: the compiler
+ * output. A build environment's empty <venv>/include (whose random path setuptools adds to
+ * every compile) is left out of what ccache runs: the compiler
  * finds nothing there either way, and one build's keys are then the next build's (in the
  * default mode the preprocessed output matched across builds; the depend mode keys the options).
  */
@@ -83,12 +83,15 @@ static const char *real_compiler(const char *name) {
     return path;
 }
 
-/* An include directory under /tmp with nothing in it (or none at all): the <venv>/include of a
- * build environment (uv's /tmp/.tmpXXXX/builds-v0/.tmpYYYY/include), which setuptools adds to
- * every compile. The wrapper leaves it out of what ccache runs: the compiler finds nothing
- * there either way, and its random path would make every build's keys new. */
-static int empty_tmp_dir(const char *path) {
-    if (strncmp(path, "/tmp/", 5) != 0) {
+/* The <venv>/include of a build environment with nothing in it (or none at all), which
+ * setuptools adds to every compile: uv's <cache>/builds-v0/.tmpXXXX/include (its cache, or a
+ * temporary one under /tmp), virtualenv's /tmp/.../include. The wrapper leaves it out of what
+ * ccache runs: the compiler finds nothing there either way, and its random path would make
+ * every build's keys new. */
+static int empty_build_env_include(const char *path) {
+    size_t n = strlen(path);
+    if (n < 8 || strcmp(path + n - 8, "/include") != 0
+        || (strncmp(path, "/tmp/", 5) != 0 && strstr(path, "/builds-v0/") == NULL)) {
         return 0;
     }
     DIR *dir = opendir(path);
@@ -559,10 +562,11 @@ int main(int argc, char **argv) {
         args[1] = (char *)compiler;
         int n = 2;
         for (int i = 1; i < argc; i++) {
-            if (strncmp(argv[i], "-I", 2) == 0 && argv[i][2] != '\0' && empty_tmp_dir(argv[i] + 2)) {
+            if (strncmp(argv[i], "-I", 2) == 0 && argv[i][2] != '\0'
+                && empty_build_env_include(argv[i] + 2)) {
                 continue;
             }
-            if (strcmp(argv[i], "-I") == 0 && i + 1 < argc && empty_tmp_dir(argv[i + 1])) {
+            if (strcmp(argv[i], "-I") == 0 && i + 1 < argc && empty_build_env_include(argv[i + 1])) {
                 i++;
                 continue;
             }
