@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import uuid
 import zipfile
@@ -48,14 +49,15 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def build_set(
-    index: str, out: Path, requirements: str, *extra: str, arch: str = "armv7"
-) -> subprocess.CompletedProcess[str]:
+    index: str, out: Path, requirements: str, *extra: str, arch: str = "armv7",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     req = out / "requirements.txt"
     req.write_text(requirements)
     return dockerarch("build", "wheel", "-r", str(req), "--index-url", index, "--extra-index-url",
                       default_index(), "--arch", arch, "--out", str(out), "--progress", "plain",
-                      *extra, timeout=1800)  # fmt: skip
+                      *extra, env=env, timeout=1800)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +217,41 @@ def test_a_second_run_builds_nothing_again(
     assert f"{A}==1.0 already built" in done.stderr and f"{B}==1.0 already built" in done.stderr
     assert "set: building" not in done.stderr
     assert {p.name: p.read_bytes() for p in set_dir(out).glob("*.whl")} == before
+
+
+def test_b_compiled_again_against_the_same_a_comes_from_the_compiler_cache(
+    index: str, built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """b's C file includes a's header from b's build environment, whose path is new in every
+    build (uv's builds-v0/.tmpXXXX), as numpy's and pybind11's headers are for the packages built
+    against them: b built again against the same a (its result gone, a reused; another
+    SOURCE_DATE_EPOCH, so that its compile step runs again) takes its object from ccache."""
+    out, _ = built
+    again = tmp_path / "out"
+    shutil.copytree(out / "debian-armv7", again / "debian-armv7", symlinks=True,
+                    ignore=shutil.ignore_patterns("dockerarch_settest_b-1.0"))  # fmt: skip
+    epoch = str(1_700_000_000 + uuid.uuid4().int % 100_000_000)  # a step key no run had
+    done = build_set(index, again, f"{B}\n", env={"SOURCE_DATE_EPOCH": epoch})
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = said(done)
+    assert f"{A}==1.0 already built" in text and f"set: building {B}==1.0" in text, text[-3000:]
+    # its one compile, from the cache: the header's path went through the same link both times
+    assert re.search(r"ccache: 1 of 1 compiles from the cache", text), text[-3000:]
+    b = json.loads(
+        (again / "debian-armv7" / "dockerarch_settest_b-1.0" / "manifest.json").read_text()
+    )
+    assert b["hybrid"]["ccache_hits"] == 1 and b["hybrid"]["ccache_misses"] == 0, b["hybrid"]
+    # and it is the same object code: compiled against the same a (its token)
+    a_wheel = next(set_dir(out).glob("dockerarch_settest_a-*.whl"))
+    with zipfile.ZipFile(a_wheel) as archive:
+        token = re.search(
+            r'A_TOKEN "([0-9a-f]{16})"', archive.read("a_pkg/include/a_token.h").decode()
+        )
+    assert token
+    b_wheel = next((again / "debian-armv7" / "dockerarch_settest_b-1.0").glob("*.whl"))
+    with zipfile.ZipFile(b_wheel) as archive:
+        (so,) = [archive.read(n) for n in archive.namelist() if n.endswith(".so")]
+    assert token.group(1).encode() in so
 
 
 def test_a_requirement_nothing_satisfies_is_one_paragraph_before_anything_is_built(

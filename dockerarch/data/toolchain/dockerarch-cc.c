@@ -40,6 +40,11 @@
  * every compile) is left out of what ccache runs: the compiler
  * finds nothing there either way, and one build's keys are then the next build's (in the
  * default mode the preprocessed output matched across builds; the depend mode keys the options).
+ * Headers from the build environment (numpy's, pybind11's) reach ccache through one symbolic
+ * link of a fixed name (BUILD_ENV_LINK), so that their paths, in the options and in the
+ * dependency list, are the same in every build: a resumed build, or a fresh machine with the
+ * team's cache, takes those objects from the cache too (their random paths made every one a
+ * miss, in either mode).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -105,6 +110,67 @@ static int empty_build_env_include(const char *path) {
     }
     closedir(dir);
     return empty;
+}
+
+/* Headers a build takes from its build environment (numpy's, pybind11's: <env>/lib/python3.N/
+ * site-packages/...) have a path with the environment's random name in it (uv's
+ * <cache>/builds-v0/.tmpXXXX), in the compile's -I and in the dependency list ccache keys on:
+ * no such compile would ever hit the cache of an earlier build (a resumed build's, the team's).
+ * The wrapper gives ccache the same path through BUILD_ENV_LINK, a symbolic link to the
+ * environment: the compiler reads the same files, and the keys are the same in every build
+ * whose environment holds the same files. One build step builds in one environment at a time
+ * (its /tmp is its own); a link to another environment that still exists is left alone, and
+ * the compile keeps its own path. */
+#define BUILD_ENV_LINK "/tmp/dockerarch-build-env"
+
+static int link_to(const char *root) {
+    char current[4096], tmp[64];
+    ssize_t got = readlink(BUILD_ENV_LINK, current, sizeof current - 1);
+    if (got >= 0) {
+        current[got] = '\0';
+        struct stat st;
+        if (strcmp(current, root) == 0) {
+            return 1;
+        }
+        if (stat(current, &st) == 0) {
+            return 0;  /* another environment, still there */
+        }
+    } else if (errno != ENOENT) {
+        return 0;  /* not a link */
+    }
+    snprintf(tmp, sizeof tmp, "%s.%d", BUILD_ENV_LINK, (int)getpid());
+    unlink(tmp);
+    if (symlink(root, tmp) != 0 || rename(tmp, BUILD_ENV_LINK) != 0) {
+        unlink(tmp);
+        return 0;
+    }
+    got = readlink(BUILD_ENV_LINK, current, sizeof current - 1);
+    return got >= 0 && (current[got] = '\0', strcmp(current, root) == 0);
+}
+
+/* PATH inside a build environment as the same path through BUILD_ENV_LINK (allocated), or
+ * NULL: not in one, or the link is not this environment's. */
+static char *through_build_env_link(const char *path) {
+    const char *mark = path[0] == '/' ? strstr(path, "/builds-v0/.tmp") : NULL;
+    if (mark == NULL) {
+        return NULL;
+    }
+    const char *end = strchr(mark + strlen("/builds-v0/"), '/');
+    size_t root_len = end != NULL ? (size_t)(end - path) : strlen(path);
+    char root[4096];
+    if (root_len >= sizeof root) {
+        return NULL;
+    }
+    memcpy(root, path, root_len);
+    root[root_len] = '\0';
+    if (!link_to(root)) {
+        return NULL;
+    }
+    char *out = malloc(strlen(BUILD_ENV_LINK) + strlen(path + root_len) + 1);
+    if (out != NULL) {
+        sprintf(out, "%s%s", BUILD_ENV_LINK, path + root_len);
+    }
+    return out;
 }
 
 /* Whether ccache's depend mode is on: CCACHE_DEPEND set to anything but what ccache reads as
@@ -562,15 +628,40 @@ int main(int argc, char **argv) {
         args[1] = (char *)compiler;
         int n = 2;
         for (int i = 1; i < argc; i++) {
-            if (strncmp(argv[i], "-I", 2) == 0 && argv[i][2] != '\0'
-                && empty_build_env_include(argv[i] + 2)) {
+            /* -IDIR, -I DIR, -isystemDIR, -isystem DIR */
+            const char *option = strncmp(argv[i], "-isystem", 8) == 0 ? "-isystem"
+                                 : strncmp(argv[i], "-I", 2) == 0    ? "-I"
+                                                                      : NULL;
+            if (option == NULL) {
+                args[n++] = argv[i];
                 continue;
             }
-            if (strcmp(argv[i], "-I") == 0 && i + 1 < argc && empty_build_env_include(argv[i + 1])) {
+            size_t skip = strlen(option);
+            int separate = argv[i][skip] == '\0';
+            if (separate && i + 1 >= argc) {
+                args[n++] = argv[i];
+                continue;
+            }
+            const char *dir = separate ? argv[i + 1] : argv[i] + skip;
+            if (empty_build_env_include(dir)) {
+                i += separate;
+                continue;
+            }
+            char *linked = compiles ? through_build_env_link(dir) : NULL;
+            if (linked == NULL) {
+                args[n++] = argv[i];
+            } else if (separate) {
+                args[n++] = argv[i];
+                args[n++] = linked;
                 i++;
-                continue;
+            } else {
+                char *joined = malloc(skip + strlen(linked) + 1);
+                if (joined == NULL) {
+                    return 127;
+                }
+                sprintf(joined, "%s%s", option, linked);
+                args[n++] = joined;
             }
-            args[n++] = argv[i];
         }
         if (own_deps) {
             args[n++] = (char *)"-MD";
