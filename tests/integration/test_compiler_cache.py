@@ -82,7 +82,8 @@ def test_a_fresh_machine_compiles_nothing_the_team_compiled(
     text = said(again)
     found = re.search(
         r"shared compiler cache \S+: 0 local hits, (\d+) remote hits, 0 compiled, "
-        r"0 objects sent", text
+        r"0 objects sent",
+        text,
     )
     assert found and int(found.group(1)) >= 37, text[-3000:]  # every C file of the project
     assert grown(before, ("GET", "200")) >= int(found.group(1))  # the server served them
