@@ -173,6 +173,16 @@ static char *through_build_env_link(const char *path) {
     return out;
 }
 
+/* What ccache is given for the include directory DIR: NULL to leave it out (a build
+ * environment's empty include), for a compile its path through BUILD_ENV_LINK, else DIR. */
+static const char *include_for_ccache(const char *dir, int compiles) {
+    if (empty_build_env_include(dir)) {
+        return NULL;
+    }
+    const char *linked = compiles ? through_build_env_link(dir) : NULL;
+    return linked != NULL ? linked : dir;
+}
+
 /* Whether ccache's depend mode is on: CCACHE_DEPEND set to anything but what ccache reads as
  * false. */
 static int depend_mode(void) {
@@ -526,13 +536,6 @@ static int use_toolchain_keys(int compiles) {
     return stats != NULL && *stats != '\0';
 }
 
-static int wait_for(pid_t pid) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return status;
-}
-
 /* A child's end as this program's own: its exit code, or the same signal. */
 static int exit_code(int status) {
     if (WIFSIGNALED(status)) {
@@ -542,6 +545,28 @@ static int exit_code(int status) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* ccache ARGS in a child process (with STATS_LOG, if given, as its stats log), waited for: its
+ * wait status. Where no child can be made, ccache takes this process's place as it is. */
+static int ccache_child(char **args, const char *stats_log) {
+    pid_t pid = fork();
+    if (pid < 0) {
+        execv(CCACHE, args);
+        return 127 << 8;
+    }
+    if (pid == 0) {
+        if (stats_log != NULL) {
+            setenv("CCACHE_STATSLOG", stats_log, 1);
+        }
+        execv(CCACHE, args);
+        fprintf(stderr, "dockerarch-cc: cannot run %s: %s\n", CCACHE, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return status;
+}
+
 /* ccache ARGS with the shared cache: its counters go to a file of this run's own, then to the
  * build's stats log; a failure of the shared cache leaves <stats log>.remote-down. */
 static int ccache_watched(char **args) {
@@ -549,18 +574,7 @@ static int ccache_watched(char **args) {
     char own[4200], down[4200], counters[65536];
     snprintf(own, sizeof own, "%s.%d", stats, (int)getpid());
     remote_down_path(stats, down, sizeof down);
-    pid_t pid = fork();
-    if (pid < 0) {
-        execv(CCACHE, args);  /* no second process: ccache alone, its counters unread */
-        return 127;
-    }
-    if (pid == 0) {
-        setenv("CCACHE_STATSLOG", own, 1);
-        execv(CCACHE, args);
-        fprintf(stderr, "dockerarch-cc: cannot run %s: %s\n", CCACHE, strerror(errno));
-        _exit(127);
-    }
-    int status = wait_for(pid);
+    int status = ccache_child(args, own);  /* no child: ccache alone, its counters unread */
     ssize_t n = 0;
     int fd = open(own, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -577,21 +591,6 @@ static int ccache_watched(char **args) {
         }
     }
     return exit_code(status);
-}
-
-/* ccache ARGS, waited for (the wrapper has a file to remove after it). */
-static int ccache_waited(char **args) {
-    pid_t pid = fork();
-    if (pid < 0) {
-        execv(CCACHE, args);
-        return 127;
-    }
-    if (pid == 0) {
-        execv(CCACHE, args);
-        fprintf(stderr, "dockerarch-cc: cannot run %s: %s\n", CCACHE, strerror(errno));
-        _exit(127);
-    }
-    return exit_code(wait_for(pid));
 }
 
 int main(int argc, char **argv) {
@@ -632,34 +631,27 @@ int main(int argc, char **argv) {
             const char *option = strncmp(argv[i], "-isystem", 8) == 0 ? "-isystem"
                                  : strncmp(argv[i], "-I", 2) == 0    ? "-I"
                                                                       : NULL;
-            if (option == NULL) {
-                args[n++] = argv[i];
-                continue;
-            }
-            size_t skip = strlen(option);
-            int separate = argv[i][skip] == '\0';
-            if (separate && i + 1 >= argc) {
+            size_t skip = option != NULL ? strlen(option) : 0;
+            int separate = option != NULL && argv[i][skip] == '\0';
+            if (option == NULL || (separate && i + 1 >= argc)) {
                 args[n++] = argv[i];
                 continue;
             }
             const char *dir = separate ? argv[i + 1] : argv[i] + skip;
-            if (empty_build_env_include(dir)) {
+            const char *given = include_for_ccache(dir, compiles);
+            if (given == NULL) {
                 i += separate;
-                continue;
-            }
-            char *linked = compiles ? through_build_env_link(dir) : NULL;
-            if (linked == NULL) {
-                args[n++] = argv[i];
             } else if (separate) {
+                args[n++] = argv[i++];
+                args[n++] = (char *)given;
+            } else if (given == dir) {
                 args[n++] = argv[i];
-                args[n++] = linked;
-                i++;
             } else {
-                char *joined = malloc(skip + strlen(linked) + 1);
+                char *joined = malloc(skip + strlen(given) + 1);
                 if (joined == NULL) {
                     return 127;
                 }
-                sprintf(joined, "%s%s", option, linked);
+                sprintf(joined, "%s%s", option, given);
                 args[n++] = joined;
             }
         }
@@ -667,7 +659,7 @@ int main(int argc, char **argv) {
             args[n++] = (char *)"-MD";
             args[n++] = (char *)"-MF";
             args[n++] = dependencies;
-            int code = shared ? ccache_watched(args) : ccache_waited(args);
+            int code = shared ? ccache_watched(args) : exit_code(ccache_child(args, NULL));
             unlink(dependencies);
             return code;
         }
