@@ -120,3 +120,27 @@ def test_the_ca_store_is_what_debians_own_script_makes(bootstrapped: str) -> Non
     assert checks.split() == ["0", "verified"], ran.stdout[-2000:] + ran.stderr
     assert len(made.splitlines()) > 200 and " -> /usr/share/ca-certificates/mozilla/" in made
     assert made == fresh
+
+
+@pytest.mark.parametrize("arch", sorted(BASES))
+def test_bases_are_merged_usr_without_usrmerges_conversion(bootstrapped: str, arch: str) -> None:
+    """merged-/usr as debootstrap and Debian's container images make it: /bin, /lib and /sbin
+    are links into /usr and usr-is-merged (from src:usrmerge) says so; usrmerge, which converts
+    a tree with a perl script (under QEMU, in a foreign bootstrap) and keeps perl, is not there."""
+    tag, platform, _, _ = BASES[arch]
+    script = (
+        "for d in /bin /lib /sbin; do echo $d $(readlink $d); done;"
+        " dpkg-query -W -f '${db:Status-Status} ${Package} ${Source}\\n' usr-is-merged;"
+        " for p in usrmerge perl; do dpkg-query -W -f '${db:Status-Status} ${Package}\\n' $p"
+        " 2>/dev/null || echo absent $p; done; dpkg --audit && echo audited"
+    )
+    ran = subprocess.run(["docker", "run", "--rm", "--platform", platform, tag, "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[:4] == ["/bin usr/bin", "/lib usr/lib", "/sbin usr/sbin",
+                         "installed usr-is-merged usrmerge"], ran.stdout  # fmt: skip
+    # dpkg-query says not-installed for a package it knew of, nothing for one it never saw
+    assert [(line.split()[-1], line.split()[0] in ("not-installed", "absent"))
+            for line in lines[4:6]] == [("usrmerge", True), ("perl", True)], ran.stdout  # fmt: skip
+    assert lines[-1] == "audited", ran.stdout

@@ -108,7 +108,9 @@ def test_bootstrap_progress_says_the_hooks_in_words() -> None:
         "I: extracting archives...",
         hook("--extract-hook", base.HELPERS_HOOK, "link"),
         "native-dpkg-helpers: dpkg-deb, dpkg-split, tar and rm run natively (this machine's) in the chroot",
+        f"I: running --setup-hook directly: {base.MERGED_USR_HOOKS}/setup00.sh /tmp/mmdebstrap.x",
         "I: installing essential packages...",
+        f"I: running --essential-hook directly: {base.MERGED_USR_HOOKS}/essential00.sh /tmp/mm.x",
         hook("--essential-hook", base.HELPERS_HOOK, "link"),
         hook("--essential-hook", base.CA_HOOK, "hold"),
         "dpkg: warning: not said",
@@ -120,7 +122,9 @@ def test_bootstrap_progress_says_the_hooks_in_words() -> None:
     assert said == [
         "I: extracting archives...",
         "native-dpkg-helpers: dpkg-deb, dpkg-split, tar and rm run natively (this machine's) in the chroot",
+        "merged /usr: the links /bin, /lib, /sbin -> usr/ (as debootstrap makes them)",
         "I: installing essential packages...",
+        "merged /usr: usr-is-merged installed (no usrmerge conversion)",
         "CA store: held until the end (made once, natively)",
         "CA store: made natively",
         "W: something mmdebstrap warns of",
@@ -170,6 +174,7 @@ def test_a_bootstrap_on_a_mirror_out_of_step_says_so_and_what_to_do(
         )
 
     monkeypatch.setattr(process, "which", lambda *a, **kw: "/usr/bin/mmdebstrap")
+    monkeypatch.setattr(base, "MERGED_USR_HOOKS", tmp_path)
     monkeypatch.setattr(process, "stream", failing)
     with pytest.raises(CommandFailedError) as raised:
         base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
@@ -192,6 +197,29 @@ def test_a_bootstrap_on_a_mirror_out_of_step_says_so_and_what_to_do(
         CommandFailedError, match="failed with exit code 1"
     ):  # any other failure as it was
         base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
+
+
+def test_bootstrap_without_mmdebstraps_merged_usr_hooks_says_so_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An mmdebstrap older than 1.0 has no hooks: without them bookworm's base would be converted
+    by usrmerge (and keep perl), another base than the one the cache key names."""
+    request = base.make_request(TARGETS["trixie-armv7"], mirror="http://mirror.example.invalid/d")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(process, "which", lambda *a, **kw: "/usr/bin/mmdebstrap")
+    monkeypatch.setattr(process, "stream", lambda args, **kw: ran.append(args))
+    monkeypatch.setattr(base, "MERGED_USR_HOOKS", tmp_path / "missing")
+    with pytest.raises(ConfigError) as raised:
+        base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
+    assert f"mmdebstrap's hooks {tmp_path / 'missing'} are missing" in raised.value.message
+    assert "mmdebstrap 1.0 or newer" in (raised.value.fix or "") and ran == []
+
+    monkeypatch.setattr(base, "MERGED_USR_HOOKS", tmp_path)
+    with pytest.raises(ConfigError, match="produced no root filesystem"):
+        base._mmdebstrap(request, tmp_path / "rootfs.tar", None, lambda line: None)
+    assert f"--hook-dir={tmp_path}" in ran[0] and ran[0].index(f"--hook-dir={tmp_path}") < ran[
+        0
+    ].index(request.suite)
 
 
 def test_base_ls_lists_the_bases_not_the_images_built_from_them(
