@@ -422,6 +422,13 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
             "mmdebstrap).",
         )
     args = [
+        # In a mount namespace of its own: what it and the hooks mount in the chroot (the native
+        # shell of native-dpkg-helpers) is gone when it ends, however it ends.
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
         "mmdebstrap",
         "--variant=minbase",
         f"--architectures={request.target.debian_arch}",

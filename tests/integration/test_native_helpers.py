@@ -7,6 +7,7 @@ served from a file: repository."""
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from pathlib import Path
 
@@ -108,13 +109,73 @@ def test_the_bootstrap_hook_gives_dpkg_native_helpers_and_leaves_nothing(
 
     # usrmerge's postinst removes a /lib64 no package owns: the essential hook links it again.
     (root / "lib64").unlink()
-    assert run(["sh", str(base.HELPERS_HOOK), "link", str(root)]).returncode == 0
-    assert (root / "lib64").is_symlink() and run(install).returncode == 0
-
-    unlinked = run(["sh", str(base.HELPERS_HOOK), "unlink", str(root)])
+    try:
+        assert run(["sh", str(base.HELPERS_HOOK), "link", str(root)]).returncode == 0
+        assert (root / "lib64").is_symlink() and run(install).returncode == 0
+    finally:  # the essential hook's native shell is a mount (unlink unmounts it)
+        unlinked = run(["sh", str(base.HELPERS_HOOK), "unlink", str(root)])
     assert unlinked.returncode == 0 and unlinked.stdout == "", unlinked.stdout + unlinked.stderr
     left = ["usr/lib/dockerarch-native", "usr/lib/x86_64-linux-gnu", "usr/lib64", "lib64", conf]
     assert [p for p in left if (root / p).exists() or (root / p).is_symlink()] == []
+
+
+def mounted(path: Path) -> bool:
+    return run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+def test_the_essential_hook_runs_maintainer_scripts_in_this_machines_shell(
+    bases: None, tmp_path: Path
+) -> None:
+    """Called again as the essential hook (before the remaining packages), the hook puts this
+    machine's dash over the chroot's /usr/bin/dash, what /bin/sh runs: a package's postinst then
+    runs in a native shell. The chroot's own dash is made a stub that fails (run by the emulated
+    bash), so the postinst runs only in this machine's. Not when the chroot's dash is another
+    upstream release. unlink unmounts it: the chroot's own file is back, and nothing of the hook
+    is left."""
+    root = export(*ARMV7, tmp_path / "root")
+    dash = root / "usr/bin/dash"
+    stub = '#!/bin/bash\necho "the emulated dash ran" >&2\nexit 97\n'
+    dash.write_text(stub)
+    status = root / "var/lib/dpkg/status"
+    real_status = status.read_text()
+    postinst = "#!/bin/sh\nset -e\necho configured > /var/lib/dockerarch-probe\n"
+    (root / "tmp" / PROBE).write_bytes(deb(tmp_path, "dockerarch-probe", "1.0", "armhf",
+                                           postinst=postinst).read_bytes())  # fmt: skip
+    install = ["chroot", str(root), "env", f"PATH={base.HELPERS_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
+               "dpkg", "--install", f"/tmp/{PROBE}"]  # fmt: skip
+    version = re.search(r"(?m)^Package: dpkg\n(?:.+\n)*?Version: (.+)$", real_status)
+    assert version, "no dpkg in the base's status"  # the hook reads dpkg's release from its .deb
+    deb(tmp_path, "dpkg", version.group(1), "armhf").rename(
+        root / f"var/cache/apt/archives/dpkg_{version.group(1)}_armhf.deb"
+    )
+    try:
+        first = run(["sh", str(base.HELPERS_HOOK), "link", str(root)])
+        assert "run natively" in first.stdout and not mounted(dash), first.stdout + first.stderr
+
+        stanzas = [re.sub(r"(?m)^Version: .*$", "Version: 0.5.99-1", stanza)
+                   if stanza.startswith("Package: dash\n") else stanza
+                   for stanza in real_status.split("\n\n")]  # fmt: skip
+        status.write_text("\n\n".join(stanzas))
+        other = run(["sh", str(base.HELPERS_HOOK), "link", str(root)])
+        assert other.returncode == 0 and not mounted(dash), other.stdout + other.stderr
+        assert "the chroot's dash is 0.5.99, this machine's 0.5.12" in other.stdout, other.stdout
+
+        status.write_text(real_status)
+        again = run(["sh", str(base.HELPERS_HOOK), "link", str(root)])
+        assert again.returncode == 0 and mounted(dash), again.stdout + again.stderr
+        assert "/bin/sh (dash 0.5.12) runs natively" in again.stdout, again.stdout
+        installed = run(install)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        assert (root / "var/lib/dockerarch-probe").read_text() == "configured\n"
+        assert dash.read_bytes() == Path("/usr/bin/dash").read_bytes()  # this machine's, mounted
+
+        unlinked = run(["sh", str(base.HELPERS_HOOK), "unlink", str(root)])
+        assert unlinked.returncode == 0, unlinked.stdout + unlinked.stderr
+        assert not mounted(dash) and dash.read_text() == stub
+        assert not (root / "usr/lib/dockerarch-native").exists()
+    finally:
+        if mounted(dash):
+            run(["umount", str(dash)])
 
 
 @pytest.mark.parametrize("stage", ["plain", "with-x86-64-paths"])
