@@ -76,6 +76,7 @@ class Job:
         self.contexts: dict[str, str] = {}  # named build contexts from other results (uses)
         if request.wheelset is not None:
             self.contexts["wheelset"] = str(request.wheelset)
+            self.contexts["wheelset-build"] = str(request.wheelset_build or request.wheelset)
         self.work: Path | None = None  # the job's temporary directory while it runs
 
     def run(self) -> JobResult:

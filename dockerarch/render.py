@@ -43,8 +43,13 @@ class RenderRequest:
     toolchain: Toolchain | None = None  # a hybrid build's native cross toolchain
     source: LocalSource | None = None  # --source: the upstream tree from this machine
     chosen_because: str | None = None  # the recipe picked this target for --arch: why
-    # A wheel set's build: the wheels its build environment and runtime image take, and only them
+    # A wheel set's build: the wheels its runtime image installs with it (the named context
+    # `wheelset`), and the ones its build environment takes with build-constraints.txt
+    # (`wheelset-build`; the same directory when not given). Apart, so that the build step's
+    # cache key holds only what it reads: a wheel its run-time closure gains (a member built again
+    # once its wheel said what it needs) compiles nothing again.
     wheelset: Path | None = None
+    wheelset_build: Path | None = None
     # A wheel set's member whose runtime image installs the whole set (every other board package
     # is in its run-time closure): those wheels, whose libraries and modules its checks cover too
     installed_with: tuple[ArtifactReport, ...] = ()

@@ -247,9 +247,10 @@ def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[
 
 
 def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False) -> RenderRequest:
-    """The wheel recipe's request for one member: its unpacked sdist, and the wheelset context
-    (its build environment's wheels, its run-time closure's, build-constraints.txt); with
-    ``twins``, the x86-64 twins of its compiled build requirements too (native_twins)."""
+    """The wheel recipe's request for one member: its unpacked sdist, and the wheelset contexts
+    (the build step's: its build environment's wheels and build-constraints.txt, with ``twins``
+    the x86-64 twins of its compiled build requirements too (native_twins); the runtime image's:
+    its run-time closure's wheels)."""
     member = made.members[key]
     candidate = member.node.candidate
     sdist = made.indexes.download(candidate.file)
@@ -257,11 +258,15 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     member.fixed = sdistfix.apply(candidate.name, str(candidate.version), tree)
     sets = work / made.target / "sets"
     sets.mkdir(parents=True, exist_ok=True)
-    # a member built again (its build asked for more) gets a new one: each its own name
+    # a member built again (its build asked for more) gets a new one: each its own name; its
+    # build step's part apart from its runtime image's (RenderRequest.wheelset_build)
     context = Path(tempfile.mkdtemp(prefix=key.replace("==", "-") + "-", dir=sets))
-    wanted = set(member.node.build_env.values()) | runtime_closure(made, key)
+    build_part, run_part = context / "build", context / "run"
+    build_part.mkdir()
+    run_part.mkdir()
+    build_env, closure = set(member.node.build_env.values()), runtime_closure(made, key)
     pins = []
-    for other in sorted(wanted):
+    for other in sorted(build_env | closure):
         have = made.members[other]
         if have.path is None:  # an earlier build failed: this one cannot be built
             raise SetBuildFailed(
@@ -269,12 +274,14 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
                 "was not built",
                 fix=f"Fix {other}'s build first (its error above); the rest of the set is kept.",
             )
-        link_or_copy(have.path, context / have.path.name)
-        if other in member.node.build_env.values():
+        if other in build_env:
+            link_or_copy(have.path, build_part / have.path.name)
             pins.append(other)
-    (context / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
+        if other in closure:
+            link_or_copy(have.path, run_part / have.path.name)
+    (build_part / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
     if twins:
-        native_twins(made, pins, context)
+        native_twins(made, pins, build_part)
     spec = local_package(tree)
     # cmake and ninja in the build environment: the recipe installs Debian's, so the hybrid build
     # grafts their x86-64 builds as drivers and offers their native wheels (VERSION+
@@ -288,7 +295,8 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     recipe = dataclasses.replace(made.request.recipe, apt=made.request.recipe.apt + drivers + needs)
     recipe = with_declared_compilers(recipe, tree)
     return dataclasses.replace(made.request, recipe=recipe, package=spec,
-                               version=spec.version or "any", wheelset=context,
+                               version=spec.version or "any", wheelset=run_part,
+                               wheelset_build=build_part,
                                installed_with=installed_with(made, key),
                                runtime_needs=runtime_needs(made, key),
                                wheel_only=member.node.learn)  # fmt: skip

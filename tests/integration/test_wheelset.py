@@ -75,6 +75,16 @@ def said(done: subprocess.CompletedProcess[str]) -> str:
     return " ".join(done.stderr.split())
 
 
+def uv_build_step_cached(log: str) -> bool:
+    """Whether the last buildx invocation in build.log that builds a wheel with uv (the build
+    step; build.log holds several invocations, each numbering its steps from #1) took it from
+    BuildKit's cache."""
+    (*_, invocation) = [part for part in re.split(r"(?m)^(?=#1 \[internal\] load build definition)", log)
+                        if " uv build " in part]  # fmt: skip
+    steps = re.findall(r"^#(\d+) \[build [^\]]*\] RUN .* uv build ", invocation, re.M)
+    return bool(steps) and all(re.search(rf"^#{n} CACHED$", invocation, re.M) for n in steps)
+
+
 def set_dir(out: Path) -> Path:
     return out / "debian-armv7" / "sets" / "requirements"
 
@@ -584,6 +594,11 @@ def test_what_only_a_build_knows_a_package_needs_joins_the_set_from_its_wheel(
     assert f"{OLD}==1.0 needs {C}==1.0 (its wheel says)" in text
     for key in ("dockerarch-settest-dyn==1.0", f"{OLD}==1.0"):  # the wheel alone first
         assert f"set: {key} is built again after what it needs, for its runtime image" in text
+    # ... whose second build takes the first one's wheel: its build step reads only the build
+    # environment's part of the set, which what the wheel said did not change
+    for name in ("dockerarch-settest-dyn", OLD):
+        log = out / "debian-armv7" / f"{name.replace('-', '_')}-1.0" / "build.log"
+        assert uv_build_step_cached(log.read_text()), f"{name}'s uv build step ran again"
     assert text.count(f"set: building {OLD}==1.0") == 2
     assert f"{A}==1.0 already built" in text  # the set's a, built once per target
     sets = json.loads((out / "debian-armv7" / "sets" / "dyn" / "manifest.json").read_text())

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -674,3 +675,51 @@ def test_a_project_s_opencv_patch_is_applied_to_the_tree_the_build_compiles(
     unpatched_sources = unpatched.split(" AS sources\n", 1)[1].split("\nFROM ", 1)[0]
     assert "dockerarch-patches" not in unpatched and "apt-get install" not in unpatched_sources
     assert "dockerarch-patches" not in _render("opencv", "rpi3", version="4.9.0.80")
+
+
+def test_a_set_members_build_step_reads_only_its_build_part_of_the_set(tmp_path: Path) -> None:
+    """A wheel set's member: its build step mounts the named context `wheelset-build` (its build
+    environment's wheels, build-constraints.txt), its runtime image's install `wheelset` (its
+    run-time closure). The build stage does not change with what only its runtime image takes
+    (the wheel alone first, what it needs at run time, the packages those wheels need): built
+    again once its wheel said what it needs, the member's compile step is the cached one."""
+    from dockerarch.artifacts import ArtifactReport
+    from dockerarch.recipes import local_package
+
+    tree = tmp_path / "pkg-1.0"
+    tree.mkdir()
+    (tree / "pyproject.toml").write_text('[project]\nname = "pkg"\nversion = "1.0"\n')
+    (request,) = plan("wheel", arch=None, target="debian-armv7", version=None, package="six",
+                      settings={})  # fmt: skip
+    member = replace(for_generate(request, "hybrid"), package=local_package(tree),
+                     wheelset=tmp_path / "run", wheelset_build=tmp_path / "build")  # fmt: skip
+
+    def stages(**kw: object) -> tuple[str, str]:
+        text = render(replace(member, **kw), paths.template_dirs())
+        build = text.split("FROM runtime-base AS build\n")[1].split("FROM scratch AS artifacts\n")[
+            0
+        ]
+        return build, text
+
+    first, _ = stages(wheel_only=True)
+    again, again_text = stages(
+        runtime_needs=("libopenblas0-pthread",),
+        installed_with=(
+            ArtifactReport(
+                name="six-1.0-py3-none-any.whl",
+                sha256="0" * 64,
+                size=1,
+                kind="wheel",
+                elf_files=0,
+                glibc=None,
+                glibcxx=None,
+                top_level=("six",),
+            ),
+        ),
+    )
+    assert first == again
+    assert "--mount=type=bind,from=wheelset-build,target=/run/dockerarch-set" in first
+    assert "from=wheelset," not in first
+    runtime = again_text.split("FROM runtime-base AS runtime\n")[1]
+    assert "--mount=type=bind,from=wheelset,target=/run/dockerarch-set" in runtime
+    assert "from=wheelset-build" not in runtime

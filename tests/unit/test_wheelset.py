@@ -742,9 +742,75 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
     built = wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
     assert "cmake" in built.recipe.apt and "ninja-build" not in built.recipe.apt
     assert built.package is not None and built.package.local is not None and built.version == "1.0"
-    assert built.wheelset is not None
-    assert (built.wheelset / "build-constraints.txt").read_text() == "cmake==4.0.0\n"
-    assert (built.wheelset / cmake_wheel.name).read_bytes() == b"cmake"
+    assert built.wheelset_build is not None and built.wheelset is not None
+    assert (built.wheelset_build / "build-constraints.txt").read_text() == "cmake==4.0.0\n"
+    assert (built.wheelset_build / cmake_wheel.name).read_bytes() == b"cmake"
+    assert list(built.wheelset.iterdir()) == []  # cmake is not pkg's at run time
+
+
+def test_a_members_build_part_is_the_same_whatever_its_run_time_closure_holds(
+    tmp_path: Path,
+) -> None:
+    """The build step reads only its build environment's wheels (the named context
+    `wheelset-build`); the run-time closure's go to the runtime image's (`wheelset`). A member
+    built again once its wheel said what it needs gets the same build part, byte for byte: its
+    build step's cache key is the same, and nothing is compiled again."""
+    from packaging.version import Version
+
+    from dockerarch.simple_api import IndexFile
+
+    data = sdist_bytes("pkg", '[project]\nname = "pkg"\nversion = "1.0"\n')
+    digest = hashlib.sha256(data).hexdigest()
+    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(data)
+    wheels = {}
+    for name in ("numpy", "six"):
+        wheels[name] = tmp_path / f"{name}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheels[name], "w") as wheel:
+            info = f"{name}-1.0.dist-info"
+            wheel.writestr(f"{name}_mod.py", "")
+            wheel.writestr(
+                f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+            )
+            wheel.writestr(
+                f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            )
+            wheel.writestr(f"{info}/RECORD", "")
+    candidates = {name: closure.Candidate(name=name, version=Version("1.0"),
+                                          file=IndexFile(filename=w.name, url="http://127.0.0.1/w"))
+                  for name, w in wheels.items()}  # fmt: skip
+    pkg = closure.Candidate(name="pkg", version=Version("1.0"),
+                            file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
+                                           hashes={"sha256": digest}))  # fmt: skip
+    request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
+
+    def parts(requires: set[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+            "numpy==1.0": wheelset.Member(node=closure.Resolved(candidate=candidates["numpy"]),
+                                          path=wheels["numpy"]),
+            "six==1.0": wheelset.Member(node=closure.Resolved(candidate=candidates["six"]),
+                                        path=wheels["six"]),
+            "pkg==1.0": wheelset.Member(node=closure.Resolved(
+                candidate=pkg, build_env={"numpy": "numpy==1.0"}, requires=requires)),
+        })  # fmt: skip
+        built = wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
+        assert built.wheelset_build is not None and built.wheelset is not None
+        return ({p.name: p.read_bytes() for p in built.wheelset_build.iterdir()},
+                {p.name: p.read_bytes() for p in built.wheelset.iterdir()})  # fmt: skip
+
+    first_build, first_run = parts({"numpy==1.0"})
+    again_build, again_run = parts({"numpy==1.0", "six==1.0"})  # its wheel said: six too
+    assert (
+        first_build
+        == again_build
+        == {
+            "build-constraints.txt": b"numpy==1.0\n",
+            wheels["numpy"].name: wheels["numpy"].read_bytes(),
+        }
+    )
+    assert set(first_run) == {wheels["numpy"].name}
+    assert set(again_run) == {wheels["numpy"].name, wheels["six"].name}
 
 
 def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> None:
