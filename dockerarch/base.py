@@ -410,6 +410,22 @@ def mirror_out_of_step(output: str) -> str | None:
     return None
 
 
+def _own_mount_namespace() -> list[str]:
+    """The prefix that runs mmdebstrap in a mount namespace of its own, so that what it and the
+    hooks mount in the chroot (native-dpkg-helpers' native shell) is gone when it ends, however
+    it ends; nothing where this process may not mount (no CAP_SYS_ADMIN: in a container), where
+    the hooks' mount fails too and they say the scripts run in the emulated shell."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return []
+    found = re.search(r"^CapEff:\s*([0-9a-f]+)$", status, re.MULTILINE)
+    cap_sys_admin = 21
+    if found is None or not (int(found.group(1), 16) >> cap_sys_admin) & 1:
+        return []
+    return ["unshare", "--mount", "--propagation", "private", "--"]
+
+
 def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Progress) -> None:
     process.which(
         "mmdebstrap",
@@ -422,13 +438,7 @@ def _mmdebstrap(request: BaseRequest, out: Path, epoch: int | None, progress: Pr
             "mmdebstrap).",
         )
     args = [
-        # In a mount namespace of its own: what it and the hooks mount in the chroot (the native
-        # shell of native-dpkg-helpers) is gone when it ends, however it ends.
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
+        *_own_mount_namespace(),
         "mmdebstrap",
         "--variant=minbase",
         f"--architectures={request.target.debian_arch}",

@@ -222,6 +222,24 @@ def test_bootstrap_without_mmdebstraps_merged_usr_hooks_says_so_and_runs_nothing
     ].index(request.suite)
 
 
+def test_mmdebstrap_runs_in_its_own_mount_namespace_only_where_this_process_may_mount(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With CAP_SYS_ADMIN (root on a machine) mmdebstrap runs under unshare --mount: the hooks'
+    bind mount dies with it; without (root in a container) it runs as it is."""
+    status = tmp_path / "status"
+    real = Path.read_text
+
+    def read(path: Path, *a: object, **kw: object) -> str:
+        return real(status) if str(path) == "/proc/self/status" else real(path, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", read)
+    status.write_text("Name:\tpython3\nCapEff:\t000001ffffffffff\n")
+    assert base._own_mount_namespace() == ["unshare", "--mount", "--propagation", "private", "--"]
+    status.write_text("Name:\tpython3\nCapEff:\t00000000a80425fb\n")  # Docker's default set
+    assert base._own_mount_namespace() == []
+
+
 def test_base_ls_lists_the_bases_not_the_images_built_from_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
