@@ -77,9 +77,9 @@ def said(done: subprocess.CompletedProcess[str]) -> str:
 
 def uv_build_step_cached(log: str) -> bool:
     """Whether the last buildx invocation in build.log that builds a wheel with uv (the build
-    step; build.log holds several invocations, each numbering its steps from #1) took it from
-    BuildKit's cache."""
-    (*_, invocation) = [part for part in re.split(r"(?m)^(?=#1 \[internal\] load build definition)", log)
+    step; build.log holds several invocations, each after dockerarch's `### buildx: stage` line
+    and numbering its steps from #1) took it from BuildKit's cache."""
+    (*_, invocation) = [part for part in re.split(r"^### buildx: stage .*$", log, flags=re.M)
                         if " uv build " in part]  # fmt: skip
     steps = re.findall(r"^#(\d+) \[build [^\]]*\] RUN .* uv build ", invocation, re.M)
     return bool(steps) and all(re.search(rf"^#{n} CACHED$", invocation, re.M) for n in steps)
