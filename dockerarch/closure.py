@@ -15,8 +15,10 @@ builds it, reads its wheel and adds what it needs (complete_requires). Each sdis
 requirements (PEP 518's ``requires``) are resolved the same way, preferring what the set
 already holds, so numpy is built once per target.
 
-Indexes are searched in order, and the first that has a project is the only one asked about it
-(uv's ``first-index``): a name on a private index is never taken from a public one.
+Indexes are searched as uv searches them (``first-index``): the extra indexes first, in the order
+given, then ``--index-url`` (or pip's default), and the first that has a project is the only one
+asked about it. A private name on an ``--extra-index-url`` is never taken from the public
+default index, even when the public one has a newer version.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ class Indexes:
     sha256 (checked against the index's hash, and the requirement's when it has one)."""
 
     def __init__(self, wants: Wants, cache: Path, session: requests.Session | None = None) -> None:
-        self.urls = [wants.index_url or default_index(), *wants.extra_index_urls]
+        # uv's order: the extra indexes before the default, so that a private name on an extra
+        # index is never taken from the public default (dependency confusion)
+        self.urls = [*wants.extra_index_urls, wants.index_url or default_index()]
         self.cache = cache
         self.session = session or requests.Session()
         self._pages: dict[str, tuple[str, list[IndexFile]]] = {}

@@ -266,16 +266,17 @@ def board_lines(outcomes: list[Outcome], config: IndexConfig,
                          "--require-hashes -r requirements.txt")  # fmt: skip
         else:
             lines.append(f"  pip install --index-url {simple}{trusted} --only-binary :all: {reqs}")
-        lines.append("  or for every pip install, in /etc/pip.conf (pip's default index stays "
-                     "for pure-Python dependencies):")  # fmt: skip
+        lines.append("  or for every pip install, in /etc/pip.conf (this index alone: pip never "
+                     "takes one of these names from another index):")  # fmt: skip
         lines.append("    [global]")
-        lines.append(f"    extra-index-url = {simple}")
+        lines.append(f"    index-url = {simple}")
         if plain:
             lines.append(f"    trusted-host = {host}")
     lines.append(
-        "note: with extra-index-url pip takes the most specific wheel of the version from every "
-        "index, and a manylinux wheel on the default index outranks a linux_* one: where that "
-        "matters, install with --index-url as above."
+        "note: never add this index as extra-index-url beside a public one: pip then takes each "
+        "name from whichever index has the newest version, and a public package under one of "
+        "these names would win (dependency confusion). Upload what the wheels need with them "
+        "(a set, upload wheel -r FILE), and install a set with its hashed requirements.txt."
     )
     if config.simple_loopback:
         lines.append(

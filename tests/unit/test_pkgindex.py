@@ -212,7 +212,10 @@ def test_board_lines_name_the_targets_index_and_what_a_lan_index_needs(tmp_path:
     lines = pkgindex.board_lines([outcome], lan)
     assert (f"  pip install --index-url {simple} --trusted-host lab.example.invalid "
             "--only-binary :all: demo==1.0") in lines  # fmt: skip
-    assert f"    extra-index-url = {simple}" in lines
+    # the board's pip.conf names this index alone: with extra-index-url beside a public index,
+    # pip takes a name from whichever has the newest version (a squatted name would win)
+    assert f"    index-url = {simple}" in lines
+    assert not any(line.strip().startswith("extra-index-url") for line in lines)
     assert "    trusted-host = lab.example.invalid" in lines
     local = pkgindex.board_lines([outcome], IndexConfig())
     assert any("loopback, which no board reaches" in line for line in local)

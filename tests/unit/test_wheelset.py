@@ -216,6 +216,42 @@ def test_the_closure_is_resolved_for_the_board(index: FakeIndex, tmp_path: Path)
     assert found["cpkg==1.0"].requires == {"numpy==2.0.0", "six==1.17.0"}  # winonly: not on linux
 
 
+class TwoIndexes:
+    """Two FakeIndexes behind their own URLs: a public default and a team's private index."""
+
+    def __init__(self, **indexes: FakeIndex) -> None:
+        self.indexes, self.asked = indexes, []  # type: dict[str, FakeIndex], list[str]
+
+    def get(self, url: str, **kwargs: Any) -> Any:
+        self.asked.append(url)
+        base = next(b for b in self.indexes if url.startswith(b.split("/simple/")[0]))
+        return self.indexes[base].get(url, **kwargs)
+
+
+def test_a_private_name_is_never_taken_from_the_public_default_index(tmp_path: Path) -> None:
+    """The common set-up, the default index plus a team's --extra-index-url: a public corp-tool
+    9.9 (squatting the team's name) loses to the private 1.0, and the public page of corp-tool is
+    never asked for; a name only the public index has still comes from there (uv's rule)."""
+    public, private = "http://127.0.0.1:9/simple/", "http://127.0.0.2:9/simple/"
+    squat = "Metadata-Version: 2.1\nName: corp-tool\nVersion: 9.9\nRequires-Dist: evil\n"
+    session = TwoIndexes(**{
+        public: FakeIndex({"corp-tool": {"corp_tool-9.9-py3-none-any.whl": b"evil"},
+                           "six": {"six-1.16.0-py2.py3-none-any.whl": b"six"}},
+                          {"corp_tool-9.9-py3-none-any.whl": squat,
+                           "six-1.16.0-py2.py3-none-any.whl": META.format(name="six", version="1.16.0")}),
+        private: FakeIndex({"corp-tool": {"corp_tool-1.0-py3-none-any.whl": b"ours"}},
+                           {"corp_tool-1.0-py3-none-any.whl":
+                            META.format(name="corp-tool", version="1.0") + "Requires-Dist: six\n"}),
+    })  # fmt: skip
+    wants = pyreqs.Wants(index_url=public, extra_index_urls=[private],
+                         requirements=[pyreqs.parse_line("corp-tool", "r.txt:1")])  # fmt: skip
+    found = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path, session=session))  # type: ignore[arg-type]
+    assert set(found) == {"corp-tool==1.0", "six==1.16.0"}
+    assert found["corp-tool==1.0"].candidate.file.url.startswith("http://127.0.0.2:9/")
+    assert f"{public}corp-tool/" not in session.asked
+    assert f"{public}six/" in session.asked
+
+
 def _project(tree: Path, deps: str = '"numpy>=1.26", "six"') -> Path:
     (tree / "my_ext").mkdir(parents=True)
     (tree / "pyproject.toml").write_text(
