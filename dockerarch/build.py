@@ -22,7 +22,7 @@ from typing import Protocol, TextIO
 from dockerarch import accel, builders, engine, process
 from dockerarch.buildsteps import STEPS, BuildOptions, Engine, JobState
 from dockerarch.errors import DockerarchError, Interrupted, UsageError
-from dockerarch.files import abandoned_work_dirs, make_work_dir, replace_dir
+from dockerarch.files import abandoned_work_dirs, inside, make_work_dir, replace_dir
 from dockerarch.render import RenderRequest
 
 __all__ = ["BuildOptions", "Feed", "Job", "JobResult", "Progress", "host_ca_bundle", "plan_accel",
@@ -72,7 +72,7 @@ class Job:
         self.route, self.decision, self.options = route, decision, options
         self.progress, self.engine = progress, engine
         self.target = request.target
-        self.final = options.out / self.target.name / request.result_name
+        self.final = inside(options.out, self.target.name, request.result_name)
         self.contexts: dict[str, str] = {}  # named build contexts from other results (uses)
         if request.wheelset is not None:
             self.contexts["wheelset"] = str(request.wheelset)

@@ -48,7 +48,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 from resolvelib import AbstractProvider
 
 from dockerarch import localtree, simple_api
@@ -123,7 +123,8 @@ class Indexes:
                     continue
                 self._check(response, f"the page of {name}")
                 kind = response.headers.get("Content-Type", "")
-                found = (index, simple_api.parse_project_page(response.content, kind, response.url))
+                page = simple_api.parse_project_page(response.content, kind, response.url)
+                found = (simple_api.redacted(index), page)
                 break
             linked = self.linked().get(name, [])
             if linked:  # pip's --find-links: its files beside the index's
@@ -151,7 +152,8 @@ class Indexes:
             return self.session.get(url, timeout=TIMEOUT, **kwargs)
         except requests.RequestException as exc:
             raise ResolutionError(
-                f"The package index did not answer for {url}: {type(exc).__name__}",
+                f"The package index did not answer for {simple_api.redacted(url)}: "
+                f"{type(exc).__name__}",
                 fix="Check the index URL (--index-url/--extra-index-url, or the requirements "
                 "file's) and the network, then run again.",
             ) from exc
@@ -160,7 +162,8 @@ class Indexes:
     def _check(response: requests.Response, what: str) -> None:
         if response.status_code != 200:
             raise ResolutionError(
-                f"The package index answered {response.status_code} for {what} ({response.url})",
+                f"The package index answered {response.status_code} for {what} "
+                f"({simple_api.redacted(response.url)})",
                 fix="Check the index URL and its credentials, then run again.",
             )
 
@@ -190,7 +193,8 @@ class Indexes:
         if file.sha256 and digest != file.sha256:
             partial.unlink()
             raise ResolutionError(
-                f"{file.filename} downloaded from {file.url} has sha256 {digest}, but the index "
+                f"{file.filename} downloaded from {simple_api.redacted(file.url)} has sha256 "
+                f"{digest}, but the index "
                 f"lists {file.sha256}",
                 fix="The index or something between it and this machine changed the file; "
                 "nothing of it was kept. Run again, or ask the index's owner.",
@@ -380,6 +384,32 @@ class Candidate:
     @property
     def key(self) -> str:
         return f"{self.name}=={self.version}"
+
+
+def says_it_is(metadata: bytes | None) -> tuple[str, str]:
+    """(Name, Version) that core metadata (PKG-INFO, METADATA) gives, empty where it gives none."""
+    headers = email.parser.BytesParser().parsebytes(metadata or b"", headersonly=True)
+    return headers.get("Name") or "", headers.get("Version") or ""
+
+
+def same_distribution(candidate: Candidate, name: str, version: str, what: str) -> None:
+    """``name`` and ``version``, what a file says of itself (an sdist's PKG-INFO, a built wheel's
+    METADATA or file name), are ``candidate``'s: what was resolved and pinned in the lock.
+    Anything else (a file swapped under a name, a setup.py that builds another project, a
+    version spelled as a path) is refused: what a package says of itself is compared with what
+    was resolved, never used."""
+    try:
+        same = canonicalize_name(name) == candidate.name and Version(version) == candidate.version
+    except InvalidVersion:
+        same = False
+    if not same:
+        said = f"{name[:80]!r} {version[:80]!r}" if name or version else "nothing (no metadata)"
+        raise ResolutionError(
+            f"{what} says it is {said}, but {candidate.key} was resolved and locked",
+            fix="The index serves a file whose metadata contradicts its name, or the package's "
+            "build made another project: nothing of it was kept. Pin another version, or ask "
+            "its publisher.",
+        )
 
 
 def _identifier(name: str, extras: Iterable[str]) -> str:

@@ -55,6 +55,27 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def inside(base: Path, *parts: str) -> Path:
+    """``base / parts...``, each part one plain name (no separator, not ``.`` or ``..``) and the
+    whole resolving below ``base``: a name read from a package (its version, its file name) can
+    never make dockerarch write or replace anything outside ``base``."""
+    path = base
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise OutputError(
+                f"Refusing to write {part!r} below {base}: it is not one plain file name",
+                fix="The name came from a package's own metadata (its name or version): the "
+                "package is broken or hostile; build another version.",
+            )
+        path = path / part
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise OutputError(
+            f"Refusing to write {path}: it resolves outside {base} (a symbolic link on the way)",
+            fix=f"Remove the link below {base}, or choose another output directory.",
+        )
+    return path
+
+
 def replace_dir(
     new: Path, final: Path, *, remove: Callable[[Path], object] = shutil.rmtree
 ) -> None:

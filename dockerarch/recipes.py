@@ -148,6 +148,16 @@ def local_package(path: Path) -> PackageSpec:
             fix="dockerarch names the result NAME-VERSION; write both in [project] of "
             "pyproject.toml (or build from an unpacked sdist, which has PKG-INFO).",
         )
+    from packaging.version import InvalidVersion, Version
+
+    try:  # the result's directory is NAME-VERSION: only a PEP 440 version, normalised, names it
+        version = str(Version(version))
+    except InvalidVersion:
+        raise UsageError(
+            f"{path}'s version {version[:80]!r} is not a PEP 440 version",
+            fix="Write a version such as 1.0 or 2.3.post1 in [project] of pyproject.toml (or the "
+            "PKG-INFO of the sdist it came from).",
+        ) from None
     return PackageSpec(spec=name, name=name, version=version, local=path.resolve())
 
 

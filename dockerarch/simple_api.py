@@ -34,6 +34,16 @@ class IndexFile:
         return self.hashes.get("sha256", "")
 
 
+def redacted(url: str) -> str:
+    """``url`` without its userinfo (``user:token@``): what is printed or written down of an
+    index or file URL. The credentials stay only in the request that needs them (pip and uv
+    print ``****`` in their place; a manifest or an error keeps nothing of them)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def _metadata_value(value: object) -> dict[str, str] | None:
     """PEP 658/714's attribute or key: absent/false (none), true (no hashes) or hashes."""
     if value is None or value is False or value == "false":

@@ -46,7 +46,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from dockerarch import closure, pkgindex, sdistfix
+from dockerarch import closure, pkgindex, sdistfix, simple_api
 from dockerarch.accel import BACKEND_I386, DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport, VerificationError
 from dockerarch.build import Feed, JobResult, Progress
@@ -254,6 +254,11 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     member = made.members[key]
     candidate = member.node.candidate
     sdist = made.indexes.download(candidate.file)
+    info = closure.sdist_members(sdist, "PKG-INFO").get("PKG-INFO")
+    if info is not None:  # what the sdist says of itself (its built wheel is checked after)
+        closure.same_distribution(
+            candidate, *closure.says_it_is(info), f"The sdist {candidate.file.filename}"
+        )
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
     member.fixed = sdistfix.apply(candidate.name, str(candidate.version), tree)
     sets = work / made.target / "sets"
@@ -264,9 +269,9 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     build_part, run_part = context / "build", context / "run"
     build_part.mkdir()
     run_part.mkdir()
-    build_env, closure = set(member.node.build_env.values()), runtime_closure(made, key)
+    build_env, run_time = set(member.node.build_env.values()), runtime_closure(made, key)
     pins = []
-    for other in sorted(build_env | closure):
+    for other in sorted(build_env | run_time):
         have = made.members[other]
         if have.path is None:  # an earlier build failed: this one cannot be built
             raise SetBuildFailed(
@@ -277,12 +282,13 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
         if other in build_env:
             link_or_copy(have.path, build_part / have.path.name)
             pins.append(other)
-        if other in closure:
+        if other in run_time:
             link_or_copy(have.path, run_part / have.path.name)
     (build_part / "build-constraints.txt").write_text("".join(f"{p}\n" for p in pins))
     if twins:
         native_twins(made, pins, build_part)
-    spec = local_package(tree)
+    # the version that was resolved names the result, never the tree's own spelling of it
+    spec = dataclasses.replace(local_package(tree), version=str(candidate.version))
     # cmake and ninja in the build environment: the recipe installs Debian's, so the hybrid build
     # grafts their x86-64 builds as drivers and offers their native wheels (VERSION+
     # dockerarch.native, which the set's pin VERSION admits) to uv: the configure runs natively.
@@ -482,9 +488,9 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
             "runtime": member.node.runtime,
             "needed_by": sorted(member.node.needed_by),
             "requires": sorted(member.node.requires),
-            **({"from": candidate.file.url, "index_sha256": candidate.file.sha256}
+            **({"from": simple_api.redacted(candidate.file.url), "index_sha256": candidate.file.sha256}
                if not member.built else {
-                   "sdist": {"file": candidate.file.filename, "url": candidate.file.url,
+                   "sdist": {"file": candidate.file.filename, "url": simple_api.redacted(candidate.file.url),
                              "sha256": candidate.file.sha256},
                    "build_env": sorted(member.node.build_env.values()),
                    "sdist_fixes": member.fixed,
@@ -510,7 +516,10 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "constraints": [f"{w.requirement} ({w.where})" for w in wants.constraints],
         "build_constraints": [f"{w.requirement} ({w.where})" for w in wants.build_constraints],
         "no_binary": sorted(wants.no_binary),
-        "indexes": [wants.index_url or "pip's default", *wants.extra_index_urls],
+        "indexes": [
+            simple_api.redacted(u)
+            for u in (*wants.extra_index_urls, wants.index_url or "pip's default")
+        ],
         "find_links": [str(d) for d in wants.find_links],
         "build_order": made.order,
         "distributions": entries,
@@ -822,31 +831,58 @@ def _take(member: Member, result: JobResult) -> None:
     manifest.json (what a re-run compares)."""
     from dockerarch.files import write_atomic
 
-    if result.error is not None:
-        step = getattr(result.error, "step", None)
+    error = result.error
+    wheels = [p for p in result.artifacts if p.name.endswith(".whl")]
+    if error is None:
+        assert result.directory is not None and wheels
+        try:
+            _made_the_member(member, wheels[0])
+        except ResolutionError as exc:
+            error = exc
+    if error is not None:
+        step = getattr(error, "step", None)
         member.error = SetBuildFailed(
             f"{member.key} could not be built for {result.target} (needed by "
-            f"{needed_by(member)}): " + ("its build failed" if step else result.error.problem),
-            fix=(result.error.fix or "See its build log.")
+            f"{needed_by(member)}): " + ("its build failed" if step else error.problem),
+            fix=(error.fix or "See its build log.")
             + " The rest of the set is kept; run the same command again to build what is missing.",
         )
-        member.error.tail = tuple(getattr(result.error, "tail", None) or ())[-15:]
+        member.error.tail = tuple(getattr(error, "tail", None) or ())[-15:]
         member.error.log = result.log
-        member.error.__cause__ = result.error
+        member.error.__cause__ = error
         return
-    wheels = [p for p in result.artifacts if p.name.endswith(".whl")]
-    assert result.directory is not None and wheels
+    assert result.directory is not None
     manifest_path = result.directory / "manifest.json"
     record = json.loads(manifest_path.read_text())
     file = member.node.candidate.file
     record["wheelset"] = {
-        "sdist": {"file": file.filename, "url": file.url, "sha256": file.sha256},
+        "sdist": {
+            "file": file.filename,
+            "url": simple_api.redacted(file.url),
+            "sha256": file.sha256,
+        },
         "build_env": sorted(member.node.build_env.values()),
         # built before what it needs was known (no runtime image): never reused as a result
         "wheel_only": member.node.learn,
     }
     write_atomic(manifest_path, (json.dumps(record, indent=2) + "\n").encode())
     member.result, member.record, member.path = result.directory, record, wheels[0]
+
+
+def _made_the_member(member: Member, wheel: Path) -> None:
+    """The wheel a member's build made is the member: its file name and its METADATA name the
+    project and version the lock pins (an sdist's setup.py can build anything)."""
+    what = f"The wheel {wheel.name} its build made"
+    try:
+        name, version = (str(p) for p in parse_wheel_filename(wheel.name)[:2])
+    except InvalidWheelFilename:
+        name, version = wheel.name, ""
+    closure.same_distribution(member.node.candidate, name, version, f"{what} (its file name)")
+    try:
+        metadata: bytes | None = closure.wheel_metadata(wheel).as_bytes()
+    except (OSError, zipfile.BadZipFile, DockerarchError):
+        metadata = None
+    closure.same_distribution(member.node.candidate, *closure.says_it_is(metadata), what)
 
 
 class SetTestFailed(DockerarchError):
