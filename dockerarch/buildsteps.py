@@ -249,10 +249,19 @@ def prepare_context(job: JobState) -> None:
     job.cache_ref = _registry_cache_ref(job)
     remote = job.options.compiler_cache
     if remote is not None and job.request.toolchain is not None and job.request.toolchain.ccache:
+        storage = remote.storage(own_code=job.request.own_code)
+        if storage is None:
+            job.say("compiler cache: not your own code (fetched from an index) and no reader's "
+                    "credential here (DOCKERARCH_CACHE_READER_USERNAME/PASSWORD): this build "
+                    "compiles with this machine's cache only")  # fmt: skip
+            return
+        if not job.request.own_code and not remote.config.read_only and "|read-only" in storage:
+            job.say("compiler cache: read only for this build (not your own code: it never "
+                    "gets the writer's credential)")  # fmt: skip
         # the server's URL with its credentials: only ever this file (0600), a build secret
         fd = os.open(job.work / CACHE_SECRET, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(remote.storage() + "\n")
+            out.write(storage + "\n")
 
 
 _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image at a time

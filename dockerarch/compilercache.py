@@ -9,10 +9,20 @@ and keeps objects under ``URL/<digest>/``, so a server shared by bookworm and tr
 by two point releases of Debian's cross gcc, never hands one the other's objects; build paths
 are the same on every machine (/src/<name>).
 
+Who may write: the server has two credentials, a writer's (GET, PUT, DELETE) and a reader's
+(GET and HEAD only: the server itself refuses it anything else). A compiling step can read the
+credential it is given (it is the same user as the package's own build, which runs its
+setup.py or CMake scripts), so the writer's reaches only builds of the user's own code (a tree
+they gave: RenderRequest.own_code); a build of code fetched from an index gets the reader's, or
+no shared cache at all when this machine has none, and cannot write an object of its choosing
+under a key teammates' builds compute. ``read_only`` machines (CI runners of untrusted branches)
+are given the reader's credential alone; ``writes: all`` hands the writer's to every build.
+
 The server's URL and credentials reach the compiling steps as a BuildKit secret (never a layer,
 an argument, a log line or a result): registry.yaml's ``compiler_cache.url``, and credentials
 from DOCKERARCH_CACHE_USERNAME/DOCKERARCH_CACHE_PASSWORD, ~/.netrc (the server's host), or for
-the server scripts/setup-host runs on this machine, its root-only file.
+the server scripts/setup-host runs on this machine, its root-only file; the reader's from
+DOCKERARCH_CACHE_READER_USERNAME/DOCKERARCH_CACHE_READER_PASSWORD or setup-host's reader file.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from dockerarch.errors import DockerarchError
 
 SECRET_ID = "dockerarch-ccache-remote"  # what the compiling steps mount (macros.j2)
 STATE_CREDENTIALS = "ccache/credentials"  # below the state directory: "USER:PASSWORD", root's
+STATE_READER = "ccache/reader-credentials"  # the reader's (GET only), likewise
 STATE_LISTEN = "ccache/listen"  # HOST:PORT setup-host's server listens on
 PROBE = "dockerarch-probe"  # a key no compile has: 404 when the credentials are good
 TIMEOUT = 5
@@ -50,6 +61,7 @@ class RemoteCache:
     username: str | None
     password: str | None
     source: str  # where the credentials came from, for messages
+    reader: tuple[str, str] | None = None  # the reader's (user, password): GET only
 
     def __repr__(self) -> str:  # never the password, not even in a traceback
         return f"RemoteCache(url={self.config.url!r}, source={self.source!r})"
@@ -58,32 +70,68 @@ class RemoteCache:
     def auth(self) -> tuple[str, str] | None:
         return (self.username or "", self.password) if self.password else None
 
-    def storage(self) -> str:
-        """ccache's remote_storage for the secret: URL (credentials in it, as ccache takes
-        them) and attributes; dockerarch-cc puts the toolchain's digest after the URL's path."""
+    def storage(self, *, own_code: bool) -> str | None:
+        """ccache's remote_storage for one build's secret: URL (credentials in it, as ccache
+        takes them) and attributes; dockerarch-cc puts the toolchain's digest after the URL's
+        path. The writer's credential for the user's own code (or every build with ``writes:
+        all``); for anything else the reader's, read-only; None when this machine has no
+        credential that build may be given (it compiles with the local cache alone)."""
+        writes = not self.config.read_only and (own_code or self.config.writes == "all")
+        if writes or self.config.read_only or self.password is None:
+            # a read-only machine's one credential is a reader's; an anonymous server has none
+            user, password = self.username, self.password
+        elif self.reader is not None:
+            user, password = self.reader
+        else:
+            return None  # the writer's credential never reaches code that is not the user's
         parts = urllib.parse.urlsplit(self.config.url)
         netloc = parts.netloc
-        if self.password:
-            user = urllib.parse.quote(self.username or "", safe="")
-            netloc = f"{user}:{urllib.parse.quote(self.password, safe='')}@{parts.netloc}"
+        if password:
+            quoted = urllib.parse.quote(user or "", safe="")
+            netloc = f"{quoted}:{urllib.parse.quote(password, safe='')}@{parts.netloc}"
         url = urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/")
         attributes = ["connect-timeout=1000", "operation-timeout=15000"]
-        if self.config.read_only:
+        if not writes:
             attributes.append("read-only")
         return "|".join([url, *attributes])
+
+
+def _state_pair(config: CompilerCacheConfig, state_dir: Path, name: str) -> tuple[str, str] | None:
+    """scripts/setup-host's "USER:PASSWORD" file ``name`` for the server it runs on this machine
+    (None for another server, or where this user cannot read it)."""
+    from dockerarch.indexcreds import this_machine
+
+    try:
+        listen = (state_dir / STATE_LISTEN).read_text().strip()
+        ours = listen.rpartition(":")[2] == str(urllib.parse.urlsplit(config.url).port or 80)
+        text = (state_dir / name).read_text().strip() if ours and this_machine(config.host) else ""
+    except (FileNotFoundError, PermissionError):
+        text = ""
+    if ":" not in text:
+        return None
+    user, _, password = text.partition(":")
+    return user, password
+
+
+def reader_credentials(config: CompilerCacheConfig, *, state_dir: Path) -> tuple[str, str] | None:
+    """The reader's credential: DOCKERARCH_CACHE_READER_USERNAME/PASSWORD, else setup-host's
+    reader file for the server it runs here, else none."""
+    password = os.environ.get("DOCKERARCH_CACHE_READER_PASSWORD")
+    if password:
+        return os.environ.get("DOCKERARCH_CACHE_READER_USERNAME") or "reader", password
+    return _state_pair(config, state_dir, STATE_READER)
 
 
 def credentials(config: CompilerCacheConfig, *, state_dir: Path,
                 home: Path | None = None) -> RemoteCache:  # fmt: skip
     """The credentials for ``config``'s server: the environment, else ~/.netrc's entry for its
     host, else scripts/setup-host's for the server it runs on this machine, else none (a server
-    that takes anonymous requests)."""
-    from dockerarch.indexcreds import this_machine
-
+    that takes anonymous requests); and the reader's beside them (reader_credentials)."""
+    reader = reader_credentials(config, state_dir=state_dir)
     password = os.environ.get("DOCKERARCH_CACHE_PASSWORD")
     if password:
         user = os.environ.get("DOCKERARCH_CACHE_USERNAME") or "dockerarch"
-        return RemoteCache(config, user, password, "DOCKERARCH_CACHE_USERNAME/PASSWORD")
+        return RemoteCache(config, user, password, "DOCKERARCH_CACHE_USERNAME/PASSWORD", reader)
     rc = (home or Path.home()) / ".netrc"
     if rc.is_file():
         try:
@@ -93,18 +141,12 @@ def credentials(config: CompilerCacheConfig, *, state_dir: Path,
                                      fix="Fix its syntax (machine HOST login USER password "
                                      "PASSWORD).") from None  # fmt: skip
         if found and found[2]:
-            return RemoteCache(config, found[0], found[2], f"{rc}")
-    local = state_dir / STATE_CREDENTIALS
-    try:
-        listen = (state_dir / STATE_LISTEN).read_text().strip()
-        ours = listen.rpartition(":")[2] == str(urllib.parse.urlsplit(config.url).port or 80)
-        text = local.read_text().strip() if ours and this_machine(config.host) else ""
-    except (FileNotFoundError, PermissionError):
-        text = ""
-    if ":" in text:
-        user, _, password = text.partition(":")
-        return RemoteCache(config, user, password, f"scripts/setup-host's file {local}")
-    return RemoteCache(config, None, None, "none found")
+            return RemoteCache(config, found[0], found[2], f"{rc}", reader)
+    local = _state_pair(config, state_dir, STATE_CREDENTIALS)
+    if local is not None:
+        source = f"scripts/setup-host's file {state_dir / STATE_CREDENTIALS}"
+        return RemoteCache(config, local[0], local[1], source, reader)
+    return RemoteCache(config, None, None, "none found", reader)
 
 
 def check(remote: RemoteCache, say: Callable[[str], None]) -> RemoteCache | None:

@@ -153,6 +153,9 @@ class CompilerCacheConfig:
     url: str  # http://HOST:PORT/PATH/
     read_only: bool = False
     insecure: bool = False  # credentials may go over plain HTTP to a server not on loopback
+    # which builds get the writer's credential: "own" (trees the user gave: compilercache) or
+    # "all" (every build, fetched sdists included: a machine that builds only what it vouches for)
+    writes: str = "own"
 
     @property
     def host(self) -> str:
@@ -291,9 +294,10 @@ def parse_registry_config(path: Path) -> RegistryConfig:
 
 
 def parse_compiler_cache_section(value: Any, path: Path) -> CompilerCacheConfig:
-    """``compiler_cache: {url: http://HOST:PORT/PATH/, read_only: false, insecure: false}``."""
+    """``compiler_cache: {url: http://HOST:PORT/PATH/, read_only: false, insecure: false,
+    writes: own}``."""
     section = require_mapping(value, "compiler_cache", path)
-    reject_unknown(section, ["url", "read_only", "insecure"], "compiler_cache", path)
+    reject_unknown(section, ["url", "read_only", "insecure", "writes"], "compiler_cache", path)
     if "url" not in section:
         raise ConfigError(f"'compiler_cache' in {path} has no url",
                           fix="Write it like: compiler_cache: {url: http://127.0.0.1:3142/ccache/}.")  # fmt: skip
@@ -329,8 +333,17 @@ def parse_compiler_cache_section(value: Any, path: Path) -> CompilerCacheConfig:
         flags[key] = section.get(key, False)
         if not isinstance(flags[key], bool):
             raise ConfigError(f"'compiler_cache.{key}' in {path} must be true or false")
+    writes = section.get("writes", "own")
+    if writes not in ("own", "all"):
+        raise ConfigError(
+            f"'compiler_cache.writes' in {path} is {writes!r}",
+            fix="Write own (only builds of trees you give write to the shared cache: the "
+            "default) or all (fetched sdists' builds write too: only on a machine that builds "
+            "nothing it does not vouch for).",
+        )
     url = text if text.endswith("/") else text + "/"
-    return CompilerCacheConfig(url=url, read_only=flags["read_only"], insecure=flags["insecure"])
+    return CompilerCacheConfig(url=url, read_only=flags["read_only"], insecure=flags["insecure"],
+                               writes=writes)  # fmt: skip
 
 
 # --- compile farm servers (registry.yaml's farm:, build --farm, farm serve/stop) -------------------

@@ -59,6 +59,17 @@ class RenderRequest:
     # A wheel set's member whose run-time requirements only its wheel tells: the wheel alone (no
     # runtime image, no smoke test), built again with them once the set has them
     wheel_only: bool = False
+    # A wheel set's member fetched from an index (or a --find-links directory): someone else's
+    # code, whatever its tree's path on this machine (own_code)
+    fetched: bool = False
+
+    @property
+    def own_code(self) -> bool:
+        """The user's own code: a tree on this machine they gave (--source DIR, --package ./DIR,
+        a set's ./DIR or -e DIR line), not one fetched from an index or a recipe's pinned source.
+        Only such a build gets a shared compiler cache's writer credential (compilercache)."""
+        local = self.package is not None and self.package.local is not None
+        return not self.fetched and (self.source is not None or local)
 
     @property
     def built_options(self) -> dict[str, str]:

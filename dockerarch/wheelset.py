@@ -305,7 +305,8 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
                                wheelset_build=build_part,
                                installed_with=installed_with(made, key),
                                runtime_needs=runtime_needs(made, key),
-                               wheel_only=member.node.learn)  # fmt: skip
+                               wheel_only=member.node.learn,
+                               fetched=candidate.name not in made.indexes.directories)  # fmt: skip
 
 
 def runtime_needs(made: TargetSet, key: str) -> tuple[str, ...]:

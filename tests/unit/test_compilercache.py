@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ def _no_caller_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
      ("compiler_cache: {url: 'http://[::1/c/'}\n", "which is not a URL"),
      ("compiler_cache: {read_only: true}\n", "has no url"),
      ("compiler_cache: {url: http://h/c/, read_only: maybe}\n", "'compiler_cache.read_only'"),
-     ("compiler_cache: {url: http://h/c/, shards: 2}\n", "Unknown key 'compiler_cache.shards'")],
+     ("compiler_cache: {url: http://h/c/, shards: 2}\n", "Unknown key 'compiler_cache.shards'"),
+     ("compiler_cache: {url: http://h/c/, writes: everyone}\n", "'compiler_cache.writes'")],
 )  # fmt: skip
 def test_bad_compiler_cache_sections_are_refused(tmp_path: Path, text: str, says: str) -> None:
     path = tmp_path / "registry.yaml"
@@ -47,6 +49,7 @@ def test_a_compiler_cache_section_is_read(tmp_path: Path) -> None:
     assert config == CompilerCacheConfig(url="http://10.0.0.9:3142/ccache/", read_only=True)
     assert not config.loopback and LOCAL.loopback
     assert parse_registry_config(tmp_path / "registry.yaml").farm == ()
+    assert config.writes == "own"  # only builds of the user's own trees write, unless told
     (tmp_path / "none.yaml").write_text("registry: {address: 127.0.0.1:5000}\n")
     assert parse_registry_config(tmp_path / "none.yaml").compiler_cache is None
 
@@ -83,11 +86,60 @@ def test_the_storage_line_carries_credentials_and_attributes_for_the_secret_only
         CompilerCacheConfig(url="http://10.0.0.9:3142/ccache/", read_only=True, insecure=True),
         "team", "p@ss:w/rd", "env",
     )  # fmt: skip
-    assert remote.storage() == (
+    assert remote.storage(own_code=True) == (
         "http://team:p%40ss%3Aw%2Frd@10.0.0.9:3142/ccache"
         "|connect-timeout=1000|operation-timeout=15000|read-only"
     )
     assert "p@ss" not in repr(remote) and "p%40ss" not in repr(remote)
+
+
+def test_the_writer_s_credential_reaches_only_builds_of_the_user_s_own_code() -> None:
+    """A compiling step can read its secret, and an sdist's setup.py runs in it: the writer's
+    credential goes only to builds of trees the user gave; a fetched sdist's build gets the
+    reader's (the server refuses it writes) read-only, or no shared cache at all."""
+    config = CompilerCacheConfig(url="http://127.0.0.1:3142/ccache/")
+    remote = compilercache.RemoteCache(
+        config, "dockerarch", "writer-pw", "env", ("reader", "reader-pw")
+    )
+    own = remote.storage(own_code=True)
+    assert (
+        own is not None
+        and own.startswith("http://dockerarch:writer-pw@")
+        and "read-only" not in own
+    )
+    fetched = remote.storage(own_code=False)
+    assert fetched is not None and fetched.startswith("http://reader:reader-pw@")
+    assert fetched.endswith("|read-only") and "writer-pw" not in fetched
+    no_reader = compilercache.RemoteCache(config, "dockerarch", "writer-pw", "env")
+    assert no_reader.storage(own_code=False) is None
+    everyone = dataclasses.replace(config, writes="all")
+    assert "writer-pw" in str(
+        compilercache.RemoteCache(everyone, "d", "writer-pw", "env").storage(own_code=False)
+    )
+    anonymous = compilercache.RemoteCache(config, None, None, "none found")
+    assert anonymous.storage(own_code=False) == (
+        "http://127.0.0.1:3142/ccache|connect-timeout=1000|operation-timeout=15000|read-only"
+    )
+
+
+def test_the_reader_s_credential_comes_from_the_environment_or_setup_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("DOCKERARCH_CACHE_PASSWORD", "DOCKERARCH_CACHE_READER_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    state = tmp_path / "state"
+    (state / "ccache").mkdir(parents=True)
+    (state / "ccache" / "credentials").write_text("dockerarch:w\n")
+    (state / "ccache" / "reader-credentials").write_text("reader:r\n")
+    (state / "ccache" / "listen").write_text("127.0.0.1:3142\n")
+    monkeypatch.setattr("dockerarch.indexcreds.this_machine", lambda host: host == "127.0.0.1")
+    found = compilercache.credentials(LOCAL, state_dir=state, home=tmp_path)
+    assert found.reader == ("reader", "r") and found.password == "w"
+    monkeypatch.setenv("DOCKERARCH_CACHE_READER_PASSWORD", "r-env")
+    assert compilercache.credentials(LOCAL, state_dir=state, home=tmp_path).reader == (
+        "reader",
+        "r-env",
+    )
 
 
 class Answer:
