@@ -220,21 +220,37 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
 # --- 3. build ----------------------------------------------------------------------------------
 
 
-def previous_result(out: Path, target: str, member: Member) -> tuple[Path, dict[str, object], Path] | None:  # fmt: skip
-    """A result of this package's build for this target from the same sdist, still the file
-    it verified: (directory, manifest, wheel)."""
+PARALLELISM = ("MAX_JOBS",)  # options that change how fast a build runs, never what it makes
+
+
+def previous_result(out: Path, made: TargetSet, member: Member, accel: str) -> tuple[Path, dict[str, object], Path] | None:  # fmt: skip
+    """A result of this package's build for this target made as this build would make it, still
+    the file it verified: (directory, manifest, wheel). The same sdist (sha256), build
+    environment (every pin), options, acceleration mode and dockerarch version: after numpy 1 ->
+    2 in its build environment, or another --set, the member is built again."""
     candidate = member.node.candidate
     name = canonicalize_name(candidate.name).replace("-", "_")
-    directory = out / target / f"{name}-{candidate.version}"
+    directory = out / made.target / f"{name}-{candidate.version}"
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    sdist = (manifest.get("wheelset") or {}).get("sdist") or {}
+    record = manifest.get("wheelset") or {}
+    sdist = record.get("sdist") or {}
     if sdist.get("sha256") != candidate.file.sha256 or not candidate.file.sha256:
         return None
-    if (manifest.get("wheelset") or {}).get("wheel_only"):
+    if record.get("wheel_only"):
         return None  # built before what it needs was known: built again, with them
+    from dockerarch import __version__
+
+    def made_with(options: object) -> dict[str, object]:
+        given = options if isinstance(options, dict) else {}
+        return {k: str(v) for k, v in given.items() if k not in PARALLELISM}
+
+    if (record.get("build_env") != sorted(member.node.build_env.values())
+            or record.get("accel") != accel or manifest.get("dockerarch") != __version__
+            or made_with(manifest.get("options")) != made_with(dict(made.request.options))):  # fmt: skip
+        return None
     for artifact in manifest.get("artifacts", []):
         path = directory / str(artifact.get("name"))
         if (
@@ -714,13 +730,13 @@ def _member_feed(made: TargetSet, work: Path, wants: Wants, options: BuildOption
                     first = extend_build_env(made, key, asked, wants, options.out, say)
                     queue[:0] = [*first, key]
                 else:
-                    _take(member, result)
+                    _take(member, result, options.accel)
                     _learn(key)
             while queue:
                 key = queue.pop(0)
                 member = made.members[key]
                 try:
-                    if options.cache and _reuse(made, member, options.out, progress):
+                    if options.cache and _reuse(made, member, options, progress):
                         _learn(key)
                         continue
                     # hybrid: the native backend and generators take twins from the set
@@ -742,8 +758,8 @@ def _sayer(progress: Progress, target: str) -> Say:
     return lambda line: progress.say(target, line)
 
 
-def _reuse(made: TargetSet, member: Member, out: Path, progress: Progress) -> bool:
-    found = previous_result(out, made.target, member)
+def _reuse(made: TargetSet, member: Member, options: BuildOptions, progress: Progress) -> bool:
+    found = previous_result(options.out, made, member, options.accel)
     if found is None:
         return False
     member.result, member.record, member.path = found
@@ -827,7 +843,7 @@ def learn_requires(made: TargetSet, key: str, wants: Wants, out: Path, say: Say)
     return order
 
 
-def _take(member: Member, result: JobResult) -> None:
+def _take(member: Member, result: JobResult, accel: str) -> None:
     """A finished build's wheel into the member, and the sdist it came from into its
     manifest.json (what a re-run compares)."""
     from dockerarch.files import write_atomic
@@ -863,6 +879,7 @@ def _take(member: Member, result: JobResult) -> None:
             "sha256": file.sha256,
         },
         "build_env": sorted(member.node.build_env.values()),
+        "accel": accel,  # the mode asked for (reuse: previous_result)
         # built before what it needs was known (no runtime image): never reused as a result
         "wheel_only": member.node.learn,
     }

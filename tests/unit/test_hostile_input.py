@@ -132,14 +132,16 @@ def test_a_built_wheel_that_is_not_the_member_is_not_taken(
     (result_dir / "manifest.json").write_text("{}")
     wheel = _wheel(result_dir / filename, name, version)
     wheelset._take(
-        member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[wheel])
+        member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[wheel]), "hybrid"
     )
     assert member.path is None and member.error is not None
     assert "was resolved and locked" in member.error.problem
     assert json.loads((result_dir / "manifest.json").read_text()) == {}  # never marked reusable
     good = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl", "pkg", "1.0")
     member.error = None
-    wheelset._take(member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[good]))
+    wheelset._take(
+        member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[good]), "hybrid"
+    )
     assert member.error is None and member.path == good
 
 

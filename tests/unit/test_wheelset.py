@@ -1091,8 +1091,39 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
 
 
 def test_a_wheel_built_before_its_requirements_were_known_is_never_reused(tmp_path: Path) -> None:
+    made, member, manifest = _built_before(tmp_path)
+    manifest()
+    found = wheelset.previous_result(tmp_path, made, member, "hybrid")
+    assert found is not None and found[2].name == "old-1.0-py3-none-any.whl"
+    manifest(wheel_only=True)  # no runtime image, no smoke test: built again
+    assert wheelset.previous_result(tmp_path, made, member, "hybrid") is None
+
+
+def test_a_wheel_built_against_another_build_environment_or_mode_is_not_reused(
+    tmp_path: Path,
+) -> None:
+    """The same sdist is not the same build: numpy 1 -> 2 in its build environment, another
+    --set option, plain emulation instead of hybrid, or another dockerarch builds it again; how
+    many jobs ran it (MAX_JOBS) does not."""
+    from dockerarch import __version__
+
+    made, member, manifest = _built_before(tmp_path)
+    manifest(options={**made.request.options, "MAX_JOBS": "64"})
+    assert wheelset.previous_result(tmp_path, made, member, "hybrid") is not None
+    for stale in ({"build_env": ["numpy==1.26.4"]}, {"accel": "none"}, {"dockerarch": "0.0.1"},
+                  {"options": {**made.request.options, "BACKEND": "i386"}}):  # fmt: skip
+        manifest(**stale)
+        assert wheelset.previous_result(tmp_path, made, member, "hybrid") is None, stale
+    manifest(dockerarch=__version__)
+    assert wheelset.previous_result(tmp_path, made, member, "none") is None
+
+
+def _built_before(tmp_path: Path) -> tuple[wheelset.TargetSet, wheelset.Member, Any]:
+    """A member old==1.0 built against numpy 2.0.0 in hybrid mode, and a function that writes its
+    earlier result's manifest.json with any field changed."""
     from packaging.version import Version
 
+    from dockerarch import __version__
     from dockerarch.simple_api import IndexFile
 
     wheel = tmp_path / "debian-armv7" / "old-1.0" / "old-1.0-py3-none-any.whl"
@@ -1101,16 +1132,20 @@ def test_a_wheel_built_before_its_requirements_were_known_is_never_reused(tmp_pa
     digest = "a" * 64
     node = closure.Resolved(candidate=closure.Candidate(
         name="old", version=Version("1.0"),
-        file=IndexFile(filename="old-1.0.tar.gz", url="http://127.0.0.1/o", hashes={"sha256": digest})))  # fmt: skip
+        file=IndexFile(filename="old-1.0.tar.gz", url="http://127.0.0.1/o", hashes={"sha256": digest})),
+        build_env={"numpy": "numpy==2.0.0"})  # fmt: skip
     member = wheelset.Member(node=node)
+    request = plan("wheel", arch="armv7", target=None, version=None, package="old", settings={})[0]
+    made = wheelset.TargetSet(
+        request=request, indexes=no_index(tmp_path), members={"old==1.0": member}
+    )
 
-    def manifest(wheel_only: bool) -> None:
+    def manifest(wheel_only: bool = False, build_env: list[str] | None = None, accel: str = "hybrid",
+                 dockerarch: str = __version__, options: dict[str, str] | None = None) -> None:  # fmt: skip
         (wheel.parent / "manifest.json").write_text(json.dumps({
             "artifacts": [{"kind": "wheel", "name": wheel.name, "sha256": sha256_file(wheel)}],
-            "wheelset": {"sdist": {"sha256": digest}, "wheel_only": wheel_only}}))  # fmt: skip
+            "dockerarch": dockerarch, "options": dict(request.options) if options is None else options,
+            "wheelset": {"sdist": {"sha256": digest}, "wheel_only": wheel_only, "accel": accel,
+                         "build_env": ["numpy==2.0.0"] if build_env is None else build_env}}))  # fmt: skip
 
-    manifest(wheel_only=False)
-    found = wheelset.previous_result(tmp_path, "debian-armv7", member)
-    assert found is not None and found[2] == wheel
-    manifest(wheel_only=True)  # no runtime image, no smoke test: built again
-    assert wheelset.previous_result(tmp_path, "debian-armv7", member) is None
+    return made, member, manifest
