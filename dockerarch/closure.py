@@ -62,6 +62,7 @@ Say = Callable[[str], None]
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # PEP 517's fallback, as pip has it
 LEARNED = "requires-dist"  # beside an sdist in the downloads cache: what its wheel said
 TIMEOUT = 60  # seconds for one request to an index
+MAX_ROUNDS = 200_000  # the resolver's rounds before it gives up, as pip has it
 
 
 class ResolutionError(DockerarchError):
@@ -99,7 +100,7 @@ class Indexes:
         # index is never taken from the public default (dependency confusion)
         self.urls = [*wants.extra_index_urls, wants.index_url or default_index()]
         self.cache = cache
-        self.session = session or requests.Session()
+        self.session = session or retrying_session()
         self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
         self.directories = wants.directories
         self.find_links = wants.find_links
@@ -181,15 +182,12 @@ class Indexes:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-        if file.url.startswith("file:"):  # a --find-links directory's
-            shutil.copyfile(Path(url2pathname(urlparse(file.url).path)), partial)
-        else:
-            response = self._get(file.url, stream=True)
-            self._check(response, file.filename)
-            with partial.open("wb") as out:
-                for chunk in response.iter_content(1 << 20):
-                    out.write(chunk)
-        digest = sha256_file(partial)
+        try:
+            self._fetch(file, partial)
+            digest = sha256_file(partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # an interrupted or broken download leaves nothing
+            raise
         if file.sha256 and digest != file.sha256:
             partial.unlink()
             raise ResolutionError(
@@ -201,6 +199,23 @@ class Indexes:
             )
         os.replace(partial, path)
         return path
+
+    def _fetch(self, file: IndexFile, partial: Path) -> None:
+        if file.url.startswith("file:"):  # a --find-links directory's
+            shutil.copyfile(Path(url2pathname(urlparse(file.url).path)), partial)
+            return
+        response = self._get(file.url, stream=True)
+        self._check(response, file.filename)
+        try:
+            with partial.open("wb") as out:
+                for chunk in response.iter_content(1 << 20):
+                    out.write(chunk)
+        except requests.RequestException as exc:
+            raise ResolutionError(
+                f"Downloading {file.filename} from {simple_api.redacted(file.url)} broke off: "
+                f"{type(exc).__name__}",
+                fix="Nothing of it was kept; run the same command again.",
+            ) from exc
 
     def metadata(self, file: IndexFile) -> email.message.Message:
         """A wheel's core metadata: PEP 658's file when served, else from the wheel itself."""
@@ -243,6 +258,21 @@ class Indexes:
         path = self._learned_path(file, target)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, (json.dumps(list(lines), indent=1) + "\n").encode())
+
+
+def retrying_session() -> requests.Session:
+    """A session whose GETs are tried again on a refused connection, a reset or a 429/5xx
+    answer, waiting longer each time (urllib3's Retry: 0.25 s doubling, 5 tries more), as pip's are."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retry = Retry(total=5, connect=5, read=5, status=5, backoff_factor=0.25,
+                  status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET", "HEAD"),
+                  raise_on_status=False)  # fmt: skip
+    session = requests.Session()
+    for prefix in ("http://", "https://"):
+        session.mount(prefix, HTTPAdapter(max_retries=retry))
+    return session
 
 
 def _file_project(filename: str) -> str | None:
@@ -625,11 +655,18 @@ class Resolved:
 
 
 def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candidate]:
-    from resolvelib import BaseReporter, ResolutionImpossible, Resolver
+    from resolvelib import BaseReporter, ResolutionImpossible, ResolutionTooDeep, Resolver
 
     resolver: Resolver[_Requirement, Candidate, str] = Resolver(provider, BaseReporter())
     try:
-        result = resolver.resolve(roots, max_rounds=2000)
+        result = resolver.resolve(roots, max_rounds=MAX_ROUNDS)
+    except ResolutionTooDeep:
+        raise ResolutionError(
+            f"The resolver tried {MAX_ROUNDS} rounds of versions without finding a set that fits "
+            "(requirements whose versions contradict each other far down the tree)",
+            fix="Pin the packages it keeps trying versions of (the resolver backtracks through "
+            "every release of a loosely pinned package): ==, or a constraints file (-c).",
+        ) from None
     except ResolutionImpossible as exc:
         causes = exc.causes or []
         said = "; ".join(sorted({

@@ -70,14 +70,14 @@ def python_target(target: BoardTarget, machine: str | None = None) -> PythonTarg
     version = f"{major}.{minor}"
     markers = {
         "implementation_name": "cpython",
-        "implementation_version": f"{version}.0",
+        "implementation_version": target.python_full_version,
         "os_name": "posix",
         "platform_machine": machine,
         "platform_python_implementation": "CPython",
         "platform_release": "",
         "platform_system": "Linux",
         "platform_version": "",
-        "python_full_version": f"{version}.0",
+        "python_full_version": target.python_full_version,
         "python_version": version,
         "sys_platform": "linux",
     }

@@ -90,6 +90,14 @@ class BoardTarget:
     # major version): debian-amd64 (bookworm) unless a target of a newer suite names its own.
     toolchain: str
     source: str  # the file(s) it was read from
+    # The suite's Python as its markers name it (python_full_version: bookworm's 3.11.2); one
+    # that is not of ``python`` (a target that extends another with a newer Python) is X.Y.0
+    python_full: str = ""
+
+    @property
+    def python_full_version(self) -> str:
+        full = self.python_full
+        return full if full.startswith(f"{self.python}.") else f"{self.python}.0"
 
     @property
     def platform(self) -> str:
@@ -144,14 +152,17 @@ class BoardTarget:
 
 FIELDS = (
     "description", "arch", "distro", "suite", "mirror", "keyring", "python", "gcc", "glibc",
-    "cpu_flags", "base_image", "toolchain",
+    "cpu_flags", "base_image", "toolchain", "python_full",
 )  # fmt: skip
-REQUIRED = tuple(f for f in FIELDS if f not in ("base_image", "description", "toolchain"))
+REQUIRED = tuple(
+    f for f in FIELDS if f not in ("base_image", "description", "toolchain", "python_full")
+)
 DEFAULT_TOOLCHAIN = "debian-amd64"
 _PATTERNS = {
     "suite": re.compile(r"^[a-z][a-z0-9-]*$"),
     "keyring": re.compile(r"^/[A-Za-z0-9._/+-]+$"),
     "python": re.compile(r"^3\.\d{1,2}$"),
+    "python_full": re.compile(r"^3\.\d{1,2}\.\d{1,3}$"),
     "glibc": re.compile(r"^2\.\d{1,2}$"),
     "cpu_flags": re.compile(r"^(-[A-Za-z0-9][A-Za-z0-9=.+_-]*)( -[A-Za-z0-9][A-Za-z0-9=.+_-]*)*$"),
     "mirror": re.compile(r"^(host|(https?|file)://[A-Za-z0-9._~:/%+@-]+)$"),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.markers import Marker
 
 from dockerarch import closure, localtree, pyenv, pyreqs, wheelset
 from dockerarch.errors import UsageError
@@ -77,6 +78,11 @@ def test_with_hashes_every_requirement_needs_them(tmp_path: Path) -> None:
 def test_the_target_s_markers_and_tags_are_the_board_s_not_this_machine_s() -> None:
     assert ARMV7.markers["platform_machine"] == "armv7l"
     assert ARMV7.markers["python_version"] == "3.11"
+    # bookworm's python3 is 3.11.2: a requirement with python_full_version >= "3.11.1" applies
+    assert ARMV7.markers["python_full_version"] == "3.11.2"
+    assert Marker('python_full_version >= "3.11.1"').evaluate(dict(ARMV7.markers))
+    trixie = python_target(load_targets()["trixie-armv7"])  # extends debian-armv7, Python 3.13
+    assert trixie.markers["python_full_version"] == "3.13.5"
     rank = ARMV7.tag_rank
     assert rank("x-1-cp311-cp311-manylinux_2_36_armv7l.whl") is not None
     assert rank("x-1-cp311-cp311-manylinux_2_38_armv7l.whl") is None  # newer glibc than bookworm's
@@ -1149,3 +1155,39 @@ def _built_before(tmp_path: Path) -> tuple[wheelset.TargetSet, wheelset.Member, 
                          "build_env": ["numpy==2.0.0"] if build_env is None else build_env}}))  # fmt: skip
 
     return made, member, manifest
+
+
+# --- resolver edges ----------------------------------------------------------------------------------
+
+
+def test_a_resolution_that_goes_too_deep_is_a_user_error(
+    index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(closure, "MAX_ROUNDS", 1)  # cpkg's closure needs more rounds than that
+    with pytest.raises(closure.ResolutionError) as err:
+        resolve(index, tmp_path, "cpkg")
+    assert "tried 1 rounds" in err.value.problem and "constraints file" in (err.value.fix or "")
+
+
+def test_a_download_that_breaks_off_leaves_nothing_behind(index: FakeIndex, tmp_path: Path) -> None:
+    import requests
+
+    def broken(_size: int) -> Any:
+        yield b"half"
+        raise requests.exceptions.ChunkedEncodingError("connection reset")
+
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
+    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    _, files = indexes.files("six")
+    (sdist,) = [f for f in files if f.filename.endswith(".tar.gz")]
+    real_get = index.get
+
+    def get(url: str, **kwargs: Any) -> Any:
+        response = real_get(url, **kwargs)
+        response.iter_content = broken
+        return response
+
+    index.get = get  # type: ignore[method-assign]
+    with pytest.raises(closure.ResolutionError, match="broke off: ChunkedEncodingError"):
+        indexes.download(sdist)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no .part, no half file
