@@ -475,7 +475,9 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
         self.constraints, self.hashes, self.prefer = constraints, hashes, prefer
         self._requires: dict[str, list[Requirement]] = {}
         self.refused_hashes: dict[str, list[IndexFile]] = {}  # name -> files the hashes refused
-        self.python = Version(f"{target.python[0]}.{target.python[1]}.0")
+        self.python = Version(target.markers["python_full_version"])
+        self.requires_python: dict[str, str] = {}  # candidate key -> its metadata's Requires-Python
+        self.python_refused: dict[str, str] = {}  # keys whose Requires-Python excludes the board
 
     # resolvelib's interface
     def identify(self, requirement_or_candidate: _Requirement | Candidate) -> str:
@@ -515,7 +517,16 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
     def get_dependencies(self, candidate: Candidate) -> list[_Requirement]:
         found = [_Requirement(Requirement(f"{candidate.name}=={candidate.version}"), candidate.key)
                  ] if candidate.extras else []  # fmt: skip
-        for requirement in self.requires(candidate):
+        requires = self.requires(candidate)
+        said = self.requires_python.get(candidate.key)
+        if said and not _python_ok(said, self.python):
+            self.python_refused[candidate.key] = said
+            # its metadata excludes the board's Python (the index page did not say so): a
+            # requirement no version of it meets but another, so the resolver backtracks
+            return [
+                _Requirement(Requirement(f"{candidate.name}!={candidate.version}"), candidate.key)
+            ]
+        for requirement in requires:
             marker = requirement.marker
             if marker is None or any(marker.evaluate({**self.target.markers, "extra": e})
                                      for e in (candidate.extras or {""})):  # fmt: skip
@@ -581,8 +592,13 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
 
     def _requires_lines(self, candidate: Candidate) -> list[str]:
         if candidate.is_wheel:
-            return list(self.indexes.metadata(candidate.file).get_all("Requires-Dist") or [])
+            metadata = self.indexes.metadata(candidate.file)
+            self.requires_python[candidate.key] = metadata.get("Requires-Python") or ""
+            return list(metadata.get_all("Requires-Dist") or [])
         members = sdist_members(self.indexes.download(candidate.file), "PKG-INFO", "pyproject.toml")
+        if "PKG-INFO" in members:
+            headers = email.parser.BytesParser().parsebytes(members["PKG-INFO"], headersonly=True)
+            self.requires_python[candidate.key] = headers.get("Requires-Python") or ""
         static = static_requires(members)
         if static is not None:
             return static
@@ -686,6 +702,12 @@ def _resolve(provider: Provider, roots: list[_Requirement]) -> dict[str, Candida
             ) from exc
         names = {canonicalize_name(c.requirement.requirement.name) for c in causes}
         sdists = ", ".join(sorted(n for n in names if provider.sdist_only(n)))
+        if provider.python_refused:
+            said = "; ".join(
+                [f"{key} requires Python {spec}, the board has {provider.python}"
+                 for key, spec in sorted(provider.python_refused.items())]
+                + [c for c in said.split("; ") if not any(f"(asked by {k})" in c for k in provider.python_refused)]
+            )  # fmt: skip
         raise ResolutionError(
             f"No set of versions meets the requirements for this target: {said}"
             + (f" ({sdists}: only sdists taken, as --package/--no-binary ask)" if sdists else ""),

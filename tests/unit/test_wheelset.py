@@ -1191,3 +1191,20 @@ def test_a_download_that_breaks_off_leaves_nothing_behind(index: FakeIndex, tmp_
     with pytest.raises(closure.ResolutionError, match="broke off: ChunkedEncodingError"):
         indexes.download(sdist)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no .part, no half file
+
+
+def test_requires_python_is_read_from_metadata_when_the_index_page_does_not_say_it(
+    tmp_path: Path,
+) -> None:
+    """A page without data-requires-python (a --find-links directory, a plain static index): the
+    wheel's own METADATA says Requires-Python >=3.12, which bookworm's 3.11.2 is not; the
+    resolver takes the newest version whose metadata admits it."""
+    new = "Metadata-Version: 2.1\nName: modern\nVersion: 2.0\nRequires-Python: >=3.12\n"
+    old = "Metadata-Version: 2.1\nName: modern\nVersion: 1.0\nRequires-Python: >=3.11.2\n"
+    index = FakeIndex({"modern": {"modern-2.0-py3-none-any.whl": b"2", "modern-1.0-py3-none-any.whl": b"1"}},
+                      {"modern-2.0-py3-none-any.whl": new, "modern-1.0-py3-none-any.whl": old})  # fmt: skip
+    assert set(resolve(index, tmp_path, "modern")) == {"modern==1.0"}
+    with pytest.raises(closure.ResolutionError) as err:
+        resolve(index, tmp_path / "pinned", "modern==2.0")
+    assert "modern==2.0 requires Python >=3.12, the board has 3.11.2" in err.value.problem
+    assert "modern!=2.0" not in err.value.problem
