@@ -766,7 +766,7 @@ def resolve(wants: Wants, target: PythonTarget, indexes: Indexes, *, say: Say | 
         found[key].learn = True
     complete_builds(found, [r for r in found.values() if not r.candidate.is_wheel], target,
                     indexes, say=say, constraints=constraints_for(wants.build_constraints, target),
-                    build_names=build_env_sdists(wants))  # fmt: skip
+                    build_names=build_env_sdists(wants), hashes=wants.build_hashes_for)  # fmt: skip
     return found
 
 
@@ -782,12 +782,14 @@ def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target:
                     indexes: Indexes, *, say: Say | None = None,
                     extra: Mapping[str, Sequence[str]] | None = None,
                     constraints: Mapping[str, SpecifierSet] | None = None,
-                    build_names: frozenset[str] = frozenset()) -> list[Resolved]:  # fmt: skip
+                    build_names: frozenset[str] = frozenset(),
+                    hashes: Callable[[str], frozenset[str] | None] | None = None) -> list[Resolved]:  # fmt: skip
     """Resolve the build environment of each sdist in ``pending`` (its static build
     requirements, with ``extra[key]`` besides: what its build asked for on its own), and of each
     sdist that adds, recursively, preferring versions ``found`` holds and keeping to
     ``constraints`` (--build-constraint's) and taking ``build_names`` from their sdists
-    (build_env_sdists); the new nodes."""
+    (build_env_sdists), each file's sha256 one ``hashes`` allows (--build-constraint's --hash
+    lines under hash checking); the new nodes."""
     done: set[str] = set()
     new: list[Resolved] = []
     while pending:
@@ -808,7 +810,8 @@ def complete_builds(found: dict[str, Resolved], pending: list[Resolved], target:
                 build_roots.append(_Requirement(_plain(requirement), node.key))
         prefer = {r.candidate.name: r.candidate.version for r in found.values()}
         build_provider = Provider(indexes, target, constraints=constraints or {},
-                                  hashes=lambda _n: None, prefer=prefer, build_names=build_names)  # fmt: skip
+                                  hashes=hashes or (lambda _n: None), prefer=prefer,
+                                  build_names=build_names)  # fmt: skip
         env = _resolve(build_provider, build_roots) if build_roots else {}
         node.build_env = {c.name: c.key for c in env.values()}
         added = _add(found, env, build_provider, root_names={r.requirement.name for r in build_roots},
@@ -869,7 +872,8 @@ def complete_requires(found: dict[str, Resolved], node: Resolved, lines: Sequenc
     sdists = [r for r in added if not r.candidate.is_wheel]
     return added + complete_builds(found, sdists, target, indexes, say=say,
                                    constraints=constraints_for(wants.build_constraints, target),
-                                   build_names=build_env_sdists(wants))  # fmt: skip
+                                   build_names=build_env_sdists(wants),
+                                   hashes=wants.build_hashes_for)  # fmt: skip
 
 
 def _add(found: dict[str, Resolved], chosen: Mapping[str, Candidate], provider: Provider, *,

@@ -57,6 +57,9 @@ class Wants:
     index_url: str | None = None  # None: pip's own default
     extra_index_urls: list[str] = field(default_factory=list)
     require_hashes: bool = False
+    # every build environment's file needs a --hash in the build constraints (or the
+    # requirements): a build-constraints file with hashes, or --require-hashes
+    build_require_hashes: bool = False
     # built from their sdists even where the index has a wheel that fits (pip's --no-binary;
     # ALL: every package of the set, not the build tools of their build environments)
     no_binary: set[str] = field(default_factory=set)
@@ -74,6 +77,19 @@ class Wants:
             return None
         found: set[str] = set()
         for wanted in (*self.requirements, *self.constraints):
+            if wanted.name == name:
+                found |= wanted.hashes
+        return frozenset(found)
+
+    def build_hashes_for(self, name: str) -> frozenset[str] | None:
+        """The sha256 digests a build environment's file of ``name`` may have (None: any): with
+        hash checking on (--require-hashes, or hashes in the requirements or the build
+        constraints), those of its --build-constraint lines and of the set's own lines for it; a
+        build requirement without any allows none."""
+        if not (self.require_hashes or self.build_require_hashes) or name in self.directories:
+            return None
+        found: set[str] = set()
+        for wanted in (*self.build_constraints, *self.requirements, *self.constraints):
             if wanted.name == name:
                 found |= wanted.hashes
         return frozenset(found)
@@ -312,11 +328,12 @@ def read_wants(requirement_files: list[Path], constraint_files: list[Path], pack
         # uv's and pip's --build-constraint: pins for every build environment, none for the set
         builds = Wants()
         read_file(path, builds, constraint=True)
-        if (builds.index_url or builds.extra_index_urls or builds.require_hashes or builds.no_binary
-                or builds.find_links):  # fmt: skip
-            raise _bad(str(path), "a build-constraints file names an index, hashes or --no-binary",
-                       "Give indexes, --no-binary and --require-hashes on the command line or in a "
-                       "requirements file; a build-constraints file holds pins only.")  # fmt: skip
+        if builds.index_url or builds.extra_index_urls or builds.no_binary or builds.find_links:
+            raise _bad(str(path), "a build-constraints file names an index or --no-binary",
+                       "Give indexes and --no-binary on the command line or in a requirements "
+                       "file; a build-constraints file holds pins, with their hashes.")  # fmt: skip
+        # hashes (uv's --build-constraint takes them): every build environment is then checked
+        wants.build_require_hashes |= builds.require_hashes
         wants.build_constraints.extend(builds.constraints)
     for spec in packages:
         wants.requirements.append(parse_line(spec, "--package"))

