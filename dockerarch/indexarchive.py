@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
 from dockerarch.errors import OutputError
 from dockerarch.files import sha256_file, write_atomic
 from dockerarch.indexclient import wheel_metadata
@@ -79,6 +82,7 @@ def _write_project_pages(project_dir: Path) -> None:
             "filename": path.name,
             "url": path.name,
             "hashes": {"sha256": sha256_file(path)},
+            "size": path.stat().st_size,  # PEP 700 (API 1.1)
             **({"core-metadata": {"sha256": sha256_file(metadata)}} if metadata.is_file() else {}),
             **({"_needs_apt": needs.read_text().split()} if needs.is_file() else {}),
         })  # fmt: skip
@@ -97,7 +101,9 @@ def _write_project_pages(project_dir: Path) -> None:
             f'content="1.1"><title>Links for {project}</title></head>\n  <body>\n'
             f"    <h1>Links for {project}</h1>\n{anchors}\n  </body>\n</html>\n")  # fmt: skip
     write_atomic(project_dir / "index.html", page.encode())
-    body = {"meta": {"api-version": "1.1"}, "name": project, "files": files}
+    # PEP 700's versions: every version the project's files have (API 1.1 requires it)
+    versions = sorted({str(parse_wheel_filename(f["filename"])[1]) for f in files}, key=Version)
+    body = {"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": files}
     write_atomic(project_dir / "index.json", (json.dumps(body, indent=2) + "\n").encode())
 
 

@@ -51,6 +51,24 @@ def _root(
     ] = False,
 ) -> None:
     process.set_debug(debug)
+    _check_python()
+
+
+def _check_python() -> None:
+    """tarfile's extraction filters (PEP 706), which every sdist and source archive is unpacked
+    through: Python 3.11.4 and later, and the 3.11.2 of Debian 12 and Ubuntu's 3.10/3.11, which
+    have them backported. A Python without them is refused before anything is unpacked."""
+    import tarfile
+
+    if not hasattr(tarfile, "data_filter"):
+        from dockerarch.errors import ToolMissingError
+
+        raise ToolMissingError(
+            f"This Python ({sys.version.split()[0]}) has no tarfile extraction filters (PEP 706), "
+            "which dockerarch unpacks every sdist and source archive through",
+            fix="Run dockerarch with Python 3.11.4 or later (or your distribution's patched "
+            "3.11: Debian 12's python3 has them), e.g. pipx install --python python3.12 .",
+        )
 
 
 def _register() -> None:

@@ -132,7 +132,7 @@ def test_wheels_go_to_their_targets_index_and_pip_installs_the_verified_file(
     assert "credentials: scripts/setup-host's index credentials" in said(done)
     simple = f"http://127.0.0.1:3141/dockerarch/{run}-debian-armv7/+simple/"
     assert f"pip install --index-url {simple} --only-binary :all: zstandard==0.23.0" in said(done)
-    assert f"    index-url = {simple}" in said(done) and "extra-index-url =" not in said(done)
+    assert f"index-url = {simple}" in said(done) and "extra-index-url =" not in said(done)
     # The armv7 board's pip installs the very file that was verified, and it imports.
     report = pip_in_runtime(out, simple)
     assert installed_sha256(report) == wheel_of(out, "debian-armv7")[1]

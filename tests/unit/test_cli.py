@@ -192,3 +192,16 @@ def test_an_exit_not_caused_by_ctrl_c_stops_nothing(
     code, _, err = run(["doctor", "--bogus"], capsys)
     assert code == 2
     assert "Interrupted" not in err
+
+
+def test_a_python_without_tarfile_filters_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sdist is unpacked with tarfile's data filter (PEP 706): a Python that lacks it
+    (3.11.0-3.11.3 unpatched) would fail mid-build with a TypeError; it is refused first."""
+    import tarfile
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    code, _, err = run(["targets"], capsys)
+    assert code != 0 and "no tarfile extraction filters (PEP 706)" in err
+    assert "Traceback" not in err

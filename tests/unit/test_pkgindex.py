@@ -180,6 +180,9 @@ def test_the_archive_is_a_static_index_per_target(tmp_path: Path) -> None:
         listing = json.loads((project / "index.json").read_text())
         assert listing["meta"]["api-version"] == "1.1"
         assert [f["filename"] for f in listing["files"]] == [wheel.path.name]
+        # API 1.1 is PEP 700: the project's versions, and each file's size
+        assert listing["versions"] == ["1.0"]
+        assert listing["files"][0]["size"] == wheel.path.stat().st_size
         root = json.loads((out / wheel.target.name / "simple" / "index.json").read_text())
         assert root["projects"] == [{"name": "demo"}]
     # The aarch64 index does not offer the armv7 wheel.
