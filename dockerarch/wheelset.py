@@ -642,8 +642,38 @@ def set_requests(recipe: str, wanted: SetRequest, *, arch: str | None, target: s
 
 
 def sets_of(requests: list[RenderRequest], wanted: SetRequest, out: Path) -> list[tuple[BoardTarget, Path]]:  # fmt: skip
-    """Each target's set directory, as build wheel -r with the same files and --name wrote it."""
-    return [(r.target, out / r.target.name / SETS / wanted.set_name) for r in requests]
+    """Each target's set directory, as build wheel -r with the same files and --name wrote it,
+    made from what those files ask now: a set built before they changed is refused (upload would
+    publish what they no longer ask for)."""
+    found = [(r.target, out / r.target.name / SETS / wanted.set_name) for r in requests]
+    wants = wanted.wants
+
+    def asked(lines: object) -> list[str]:  # "REQ (FILE:LINE)": where it stood may move
+        return sorted(str(line).rsplit(" (", 1)[0] for line in lines or [])  # type: ignore[attr-defined]
+
+    now = {"requirements": asked(f"{w.requirement} ()" for w in wants.requirements),
+           "constraints": asked(f"{w.requirement} ()" for w in wants.constraints),
+           "build_constraints": asked(f"{w.requirement} ()" for w in wants.build_constraints)}  # fmt: skip
+    for target, directory in found:
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue  # no set there: said by whoever reads its wheels
+        then = {key: asked(manifest.get(key)) for key in now}
+        if then != now:
+            changed = sorted(
+                {f"+{x}" for k in now for x in now[k] if x not in then[k]}
+                | {f"-{x}" for k in now for x in then[k] if x not in now[k]}
+            )
+            raise UsageError(
+                f"The set {directory} for {target.name} was built from other requirements than "
+                f"the files now ask ({', '.join(changed[:6]) or 'their order'}"
+                f"{', ...' if len(changed) > 6 else ''})",
+                fix="Build the set again from the files as they are (dockerarch build wheel -r "
+                "...), then upload it; or upload the set as it was built with the files it was "
+                "built from.",
+            )
+    return found
 
 
 def make_sets(

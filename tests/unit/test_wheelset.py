@@ -1249,3 +1249,28 @@ def test_requires_python_is_read_from_metadata_when_the_index_page_does_not_say_
         resolve(index, tmp_path / "pinned", "modern==2.0")
     assert "modern==2.0 requires Python >=3.12, the board has 3.11.2" in err.value.problem
     assert "modern!=2.0" not in err.value.problem
+
+
+def test_upload_refuses_a_set_built_from_other_requirements_than_the_file_now_asks(
+    tmp_path: Path,
+) -> None:
+    """upload wheel -r FILE finds the set FILE made: after FILE changed, that set is not what it
+    asks for, and publishing it would put old versions on the index. Lines that only moved
+    (a comment added above them) are the same requirements."""
+    request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("six==1.16.0\nnumpy<2\n")
+    wanted = wheelset.SetRequest(requirement_files=[requirements])
+    (directory,) = [d for _, d in wheelset.sets_of([request], wanted, tmp_path)]
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps({
+        "requirements": [f"six==1.16.0 ({requirements}:1)", f"numpy<2 ({requirements}:2)"],
+        "constraints": [], "build_constraints": []}))  # fmt: skip
+    requirements.write_text("# the board's\nnumpy<2\nsix==1.16.0\n")
+    assert wheelset.sets_of(
+        [request], wheelset.SetRequest(requirement_files=[requirements]), tmp_path
+    )
+    requirements.write_text("six==1.17.0\nnumpy<2\n")
+    with pytest.raises(UsageError) as err:
+        wheelset.sets_of([request], wheelset.SetRequest(requirement_files=[requirements]), tmp_path)
+    assert "+six==1.17.0, -six==1.16.0" in err.value.problem and "build wheel -r" in err.value.fix
