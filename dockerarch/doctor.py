@@ -230,8 +230,27 @@ def check_compiler_cache(config: RegistryConfig, state_dir: Path) -> CheckResult
                if cache.loopback else f"Check that the server at {cache.url} is up.")  # fmt: skip
         return _failed(name, said[0].removeprefix("compiler cache: "), fix)
     mode = "read-only" if cache.read_only else "read-write"
+    if not cache.read_only:
+        mode += (f" for your own trees, {'and' if cache.writes == 'all' else 'read-only for'} "
+                 "fetched code" + ("" if remote.reader or cache.writes == "all" or not remote.password
+                                   else " (no reader's credential here: fetched code builds without it)"))  # fmt: skip
     return _passed(name, f"{cache.url} answers and takes this machine's credentials "
-                   f"({remote.source}); {mode}")  # fmt: skip
+                   f"({remote.source}); {mode}{_store_size(state_dir) if cache.loopback else ''}")  # fmt: skip
+
+
+def _store_size(state_dir: Path) -> str:
+    """What setup-host's cache holds against its limit, from its size keeper's last sweep."""
+    import json
+
+    try:
+        status = json.loads((state_dir / "ccache" / "logs" / "sweep.json").read_text())
+        held, limit = int(status["bytes"]), int(status["limit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    evicted = int(status.get("evicted_since_start") or 0)
+    return f"; holds {held / (1 << 30):.2f} GiB of its {limit / (1 << 30):.1f} GiB limit" + (
+        f" ({evicted} least recently used objects removed)" if evicted else ""
+    )
 
 
 def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:

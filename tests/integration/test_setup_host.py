@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from .conftest import REPO, dockerarch
@@ -133,6 +136,27 @@ def test_registry_and_index_addresses_for_boards() -> None:
         with socket.create_connection(("127.0.0.1", cache_port), timeout=5) as raw:
             raw.sendall(b"GET /ccache/x HTTP/1.0\r\nHost: x\r\n\r\n")
             assert raw.recv(64).split()[1] == b"401"
+        # its size limit: objects written (oldest first), then the limit lowered: setup-host
+        # restarts the size keeper, whose first sweep removes the least recently used to 90%
+        auth = base64.b64encode((state / "ccache" / "credentials").read_bytes().strip()).decode()
+        names = [f"0000000000000000/object-{i}" for i in range(8)]
+        for age, name in enumerate(reversed(names)):  # object-0 the newest, object-7 the oldest
+            put = urllib.request.Request(f"http://127.0.0.1:{cache_port}/ccache/{name}", data=b"x" * 10240,
+                                         method="PUT", headers={"Authorization": f"Basic {auth}"})  # fmt: skip
+            assert (
+                urllib.request.build_opener(urllib.request.ProxyHandler({})).open(put).status == 201
+            )
+            stored = state / "ccache" / "store" / "ccache" / name
+            os.utime(stored, (1_700_000_000 + age, 1_700_000_000 + age))
+        again = subprocess.run([*run, "--cache-max-size", "40K"], capture_output=True, text=True,
+                               timeout=300, env=env)  # fmt: skip
+        assert "compiler cache size limit 40K (least recently used out first" in again.stdout
+        status = json.loads((state / "ccache" / "logs" / "sweep.json").read_text())
+        kept = sorted(
+            p.name for p in (state / "ccache" / "store" / "ccache" / "0000000000000000").iterdir()
+        )
+        assert kept == ["object-0", "object-1", "object-2"], (kept, status)  # 30 KiB <= 90% of 40
+        assert status["evicted"] == 5 and status["limit"] == 40 * 1024
         installed = (state / "index" / "venv" / ".dockerarch-requirements").read_text().strip()
         assert (
             installed
@@ -143,6 +167,7 @@ def test_registry_and_index_addresses_for_boards() -> None:
         shutil.rmtree(state, ignore_errors=True)
     assert "stopped index (pid" in stopped.stdout
     assert "stopped ccache (pid" in stopped.stdout
+    assert "stopped ccache-sweep (pid" in stopped.stdout
     assert "stopped registry (pid" in stopped.stdout
     assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
 
