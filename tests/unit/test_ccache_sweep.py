@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 import dockerarch
+from dockerarch.doctor import _store_size  # at import: requests' ssl before sockets are closed
 
 
 def sweeper() -> ModuleType:
@@ -63,8 +64,6 @@ def test_the_least_recently_used_objects_go_first(tmp_path: Path) -> None:
 
 
 def test_doctor_says_what_the_cache_holds_against_its_limit(tmp_path: Path) -> None:
-    from dockerarch.doctor import _store_size
-
     assert _store_size(tmp_path) == ""  # no size keeper ran here
     (tmp_path / "ccache" / "logs").mkdir(parents=True)
     (tmp_path / "ccache" / "logs" / "sweep.json").write_text(
