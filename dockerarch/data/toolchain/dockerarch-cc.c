@@ -59,7 +59,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifndef CCACHE /* -DCCACHE=... where the wrapper is tested outside an image */
 #define CCACHE "/usr/lib/dockerarch/libexec/ccache"
+#endif
 #define DISTCC "/usr/lib/dockerarch/libexec/distcc"
 #define DISTCC_PREFIX "/usr/lib/dockerarch/bin/dockerarch-distcc"
 #define FARM_NAMES "/usr/lib/dockerarch/farm"
@@ -229,6 +231,10 @@ static int wants_dependency_file(const char *name, int argc, char **argv) {
         const char *arg = argv[i];
         if (strcmp(arg, "-c") == 0) {
             compile = 1;
+        } else if (arg[0] == '@') {
+            /* a response file: the compiler reads options from it that this program does not
+             * see (a -MD -MF of its own, say); a dependency file added here could be a second */
+            return 0;
         } else if (strncmp(arg, "-M", 2) == 0 || strncmp(arg, "-Wp,-M", 6) == 0
                    || strcmp(arg, "-E") == 0 || strcmp(arg, "-S") == 0
                    || strncmp(arg, "-x", 2) == 0 || strcmp(arg, "-") == 0
