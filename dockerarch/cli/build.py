@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from dockerarch.build import BuildOptions, JobResult
     from dockerarch.config import RegistryConfig
     from dockerarch.render import RenderRequest
-    from dockerarch.wheelset import SetRequest
+    from dockerarch.sets.wanted import SetRequest
 
 
 def build(
@@ -153,7 +153,7 @@ def build(
     from dockerarch.progress import Board
     from dockerarch.recipes import parse_set
     from dockerarch.render import plan
-    from dockerarch.wheelset import SetRequest, set_requests
+    from dockerarch.sets.wanted import SetRequest, set_requests
 
     accel_module.check_mode(accel)
     live = progress_mode(progress)
@@ -304,11 +304,11 @@ def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildO
               live: bool | None) -> None:  # fmt: skip
     """build wheel -r (or --package from an index): the sets; on stdout the wheels of the
     packages named with --package and each set's directory."""
-    from dockerarch import wheelset
     from dockerarch.progress import Board
+    from dockerarch.sets.schedule import make_sets
 
     with Board((r.target.name for r in requests), live=live) as board:
-        made = wheelset.make_sets(requests, wanted, options, board)
+        made = make_sets(requests, wanted, options, board)
     failed = [m.error for t in made for m in t.members.values() if m.error is not None]
     failed += [t.error for t in made if t.error is not None]
     named = wanted.build_names

@@ -46,7 +46,7 @@ def upload(
         ensure_writable_dir(archive_dir, "--archive")  # before anything is read or gated
     locks: dict[str, Path] = {}
     if requirement:
-        from dockerarch.wheelset import SetRequest, set_requests, sets_of
+        from dockerarch.sets.wanted import SetRequest, set_requests, sets_of
 
         wanted = SetRequest(requirement_files=requirement, name=set_name,
                             packages=[package] if package else [])  # fmt: skip

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from dockerarch import closure, pyreqs, wheelset
+from dockerarch import closure, pyreqs
 from dockerarch.build import JobResult
 from dockerarch.errors import OutputError, UsageError
 from dockerarch.files import inside
 from dockerarch.recipes import local_package
 from dockerarch.render import plan
+from dockerarch.sets import contexts, model, output, reuse
 from dockerarch.simple_api import IndexFile, redacted
 
 ESCAPE = "1/../../../../tmp/x"
@@ -44,19 +45,19 @@ def _wheel(path: Path, name: str, version: str) -> Path:
     return path
 
 
-def _made(tmp_path: Path, sdist: bytes) -> tuple[wheelset.TargetSet, closure.Candidate]:
+def _made(tmp_path: Path, sdist: bytes) -> tuple[model.TargetSet, closure.Candidate]:
     digest = hashlib.sha256(sdist).hexdigest()
-    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
+    cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(sdist)
     candidate = closure.Candidate(name="pkg", version=Version("1.0"), file=IndexFile(
         filename="pkg-1.0.tar.gz", url="http://127.0.0.1:9/files/pkg-1.0.tar.gz",
         hashes={"sha256": digest}))  # fmt: skip
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    indexes = closure.Indexes(wants, tmp_path / "out" / wheelset.DOWNLOADS)
+    indexes = closure.Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
-    made = wheelset.TargetSet(request=request, indexes=indexes, members={
-        "pkg==1.0": wheelset.Member(node=closure.Resolved(candidate=candidate))})  # fmt: skip
+    made = model.TargetSet(request=request, indexes=indexes, members={
+        "pkg==1.0": model.Member(node=closure.Resolved(candidate=candidate))})  # fmt: skip
     return made, candidate
 
 
@@ -100,18 +101,18 @@ def test_an_sdist_whose_pkg_info_names_another_version_is_refused_before_unpacki
         tmp_path, _sdist("pkg-1.0", f"Metadata-Version: 2.1\nName: pkg\nVersion: {ESCAPE}\n")
     )
     with pytest.raises(closure.ResolutionError) as err:
-        wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
+        contexts.build_requests(made, "pkg==1.0", tmp_path / "work")
     assert "says it is 'pkg' '1/../../../../tmp/x', but pkg==1.0 was resolved" in err.value.problem
     assert not (tmp_path / "work").exists()
     other, _ = _made(
         tmp_path / "b", _sdist("pkg-1.0", "Metadata-Version: 2.1\nName: corp-tool\nVersion: 1.0\n")
     )
     with pytest.raises(closure.ResolutionError, match=r"'corp-tool' '1\.0'"):
-        wheelset.build_requests(other, "pkg==1.0", tmp_path / "work")
+        contexts.build_requests(other, "pkg==1.0", tmp_path / "work")
     fine, _ = _made(
         tmp_path / "c", _sdist("pkg-1.0", "Metadata-Version: 2.1\nName: PKG\nVersion: 1.0.0\n")
     )
-    assert wheelset.build_requests(fine, "pkg==1.0", tmp_path / "work").version == "1.0"
+    assert contexts.build_requests(fine, "pkg==1.0", tmp_path / "work").version == "1.0"
 
 
 @pytest.mark.parametrize(("filename", "name", "version"), [
@@ -131,7 +132,7 @@ def test_a_built_wheel_that_is_not_the_member_is_not_taken(
     result_dir.mkdir(parents=True)
     (result_dir / "manifest.json").write_text("{}")
     wheel = _wheel(result_dir / filename, name, version)
-    wheelset._take(
+    reuse.take(
         member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[wheel]), "hybrid"
     )
     assert member.path is None and member.error is not None
@@ -139,7 +140,7 @@ def test_a_built_wheel_that_is_not_the_member_is_not_taken(
     assert json.loads((result_dir / "manifest.json").read_text()) == {}  # never marked reusable
     good = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl", "pkg", "1.0")
     member.error = None
-    wheelset._take(
+    reuse.take(
         member, JobResult(target="debian-armv7", directory=result_dir, artifacts=[good]), "hybrid"
     )
     assert member.error is None and member.path == good
@@ -172,9 +173,9 @@ def test_credentials_in_an_index_url_are_never_printed_or_written(tmp_path: Path
     candidate = closure.Candidate(name="six", version=Version("1.16.0"), file=IndexFile(
         filename=wheel.name, url="http://team:s3cret-token@127.0.0.1:9/files/" + wheel.name))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
-    made = wheelset.TargetSet(request=request, indexes=indexes, members={
-        "six==1.16.0": wheelset.Member(node=closure.Resolved(candidate=candidate), path=wheel)})  # fmt: skip
-    written = wheelset.write_set(made, tmp_path / "out", "r", wants)
+    made = model.TargetSet(request=request, indexes=indexes, members={
+        "six==1.16.0": model.Member(node=closure.Resolved(candidate=candidate), path=wheel)})  # fmt: skip
+    written = output.write_set(made, tmp_path / "out", "r", wants)
     text = (written / "manifest.json").read_text()
     assert "s3cret" not in text and "p4ss" not in text
     manifest = json.loads(text)

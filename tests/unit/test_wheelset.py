@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 from packaging.markers import Marker
 
-from dockerarch import closure, localtree, pyenv, pyreqs, wheelset
+from dockerarch import closure, localtree, pyenv, pyreqs
 from dockerarch.errors import UsageError
 from dockerarch.files import sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.render import plan
+from dockerarch.sets import check, contexts, model, output, reuse, schedule
+from dockerarch.sets import resolve as sets_resolve
+from dockerarch.sets import wanted as sets_wanted
 from dockerarch.targets import load_targets
 
 ARMV7 = python_target(load_targets()["debian-armv7"])
@@ -589,7 +592,7 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     request = plan("wheel", arch="armv7", target=None, version=None, package="cpkg", settings={})[0]
     with pytest.raises(UsageError) as err:
-        wheelset.plan(
+        sets_resolve.plan(
             request,
             wants,
             indexes,
@@ -598,7 +601,7 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
             say=lambda _l: None,
         )
     assert "numpy==2.0.0 (needed by cpkg==1.0)" in err.value.problem
-    made = wheelset.plan(
+    made = sets_resolve.plan(
         request, wants, indexes, build_names=frozenset(), no_deps=False, say=lambda _l: None
     )
     assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
@@ -759,11 +762,11 @@ def test_static_metadata_is_read_only_when_the_sdist_says_it_is_static() -> None
 
 
 def test_set_names_come_from_the_file_or_the_package() -> None:
-    assert wheelset.set_name([Path("deploy/requirements.txt")], []) == "requirements"
-    assert wheelset.set_name([], ["pandas[perf]>=2"]) == "pandas"
+    assert sets_wanted.set_name([Path("deploy/requirements.txt")], []) == "requirements"
+    assert sets_wanted.set_name([], ["pandas[perf]>=2"]) == "pandas"
     assert (
-        wheelset.set_name([], ["/src/my_ext"])
-        == wheelset.set_name([], ["file:///src/my_ext/"])
+        sets_wanted.set_name([], ["/src/my_ext"])
+        == sets_wanted.set_name([], ["file:///src/my_ext/"])
         == "my_ext"
     )
 
@@ -771,7 +774,7 @@ def test_set_names_come_from_the_file_or_the_package() -> None:
 def no_index(tmp_path: Path) -> closure.Indexes:
     """Indexes that answer from their download cache only (nothing listens on port 9)."""
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    return closure.Indexes(wants, tmp_path / "out" / wheelset.DOWNLOADS)
+    return closure.Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
 
 
 def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
@@ -784,10 +787,10 @@ def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
         file=IndexFile(filename=wheel.name, url="http://127.0.0.1/x")))  # fmt: skip
     build_only = closure.Resolved(candidate=node.candidate, runtime=False)
     request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
-        "six==1.16.0": wheelset.Member(node=node, path=wheel),
-        "tool==1": wheelset.Member(node=build_only, path=wheel)})  # fmt: skip
-    lines = wheelset.lock_lines(made)
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "six==1.16.0": model.Member(node=node, path=wheel),
+        "tool==1": model.Member(node=build_only, path=wheel)})  # fmt: skip
+    lines = output.lock_lines(made)
     assert lines[-2:] == [
         "six==1.16.0 \\",
         f"    --hash=sha256:{hashlib.sha256(b'six').hexdigest()}",
@@ -807,7 +810,7 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
 
     data = sdist_bytes("pkg", '[project]\nname = "pkg"\nversion = "1.0"\n')
     digest = hashlib.sha256(data).hexdigest()
-    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
+    cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(data)
     cmake_wheel = tmp_path / "cmake-4.0.0-py3-none-manylinux_2_31_armv7l.whl"
@@ -818,11 +821,11 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
                             file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
                                            hashes={"sha256": digest}))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
-        "cmake==4.0.0": wheelset.Member(node=closure.Resolved(candidate=cmake, runtime=False), path=cmake_wheel),
-        "pkg==1.0": wheelset.Member(node=closure.Resolved(candidate=pkg, build_env={"cmake": "cmake==4.0.0"})),
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "cmake==4.0.0": model.Member(node=closure.Resolved(candidate=cmake, runtime=False), path=cmake_wheel),
+        "pkg==1.0": model.Member(node=closure.Resolved(candidate=pkg, build_env={"cmake": "cmake==4.0.0"})),
     })  # fmt: skip
-    built = wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
+    built = contexts.build_requests(made, "pkg==1.0", tmp_path / "work")
     assert "cmake" in built.recipe.apt and "ninja-build" not in built.recipe.apt
     assert built.package is not None and built.package.local is not None and built.version == "1.0"
     assert built.wheelset_build is not None and built.wheelset is not None
@@ -844,7 +847,7 @@ def test_a_members_build_part_is_the_same_whatever_its_run_time_closure_holds(
 
     data = sdist_bytes("pkg", '[project]\nname = "pkg"\nversion = "1.0"\n')
     digest = hashlib.sha256(data).hexdigest()
-    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
+    cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(data)
     wheels = {}
@@ -869,15 +872,15 @@ def test_a_members_build_part_is_the_same_whatever_its_run_time_closure_holds(
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
 
     def parts(requires: set[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
-            "numpy==1.0": wheelset.Member(node=closure.Resolved(candidate=candidates["numpy"]),
+        made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
+            "numpy==1.0": model.Member(node=closure.Resolved(candidate=candidates["numpy"]),
                                           path=wheels["numpy"]),
-            "six==1.0": wheelset.Member(node=closure.Resolved(candidate=candidates["six"]),
+            "six==1.0": model.Member(node=closure.Resolved(candidate=candidates["six"]),
                                         path=wheels["six"]),
-            "pkg==1.0": wheelset.Member(node=closure.Resolved(
+            "pkg==1.0": model.Member(node=closure.Resolved(
                 candidate=pkg, build_env={"numpy": "numpy==1.0"}, requires=requires)),
         })  # fmt: skip
-        built = wheelset.build_requests(made, "pkg==1.0", tmp_path / "work")
+        built = contexts.build_requests(made, "pkg==1.0", tmp_path / "work")
         assert built.wheelset_build is not None and built.wheelset is not None
         return ({p.name: p.read_bytes() for p in built.wheelset_build.iterdir()},
                 {p.name: p.read_bytes() for p in built.wheelset.iterdir()})  # fmt: skip
@@ -906,7 +909,7 @@ def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> N
         "  cause: Because wheel was not found in the provided package locations and you require "
         "wheel, we can conclude that your requirements are unsatisfiable.",
     ])  # fmt: skip
-    assert wheelset.asked_for(JobResult(target="debian-armv7", error=error)) == [
+    assert schedule.asked_for(JobResult(target="debian-armv7", error=error)) == [
         "ninja>=1.8.2",
         "wheel",
     ]
@@ -914,9 +917,9 @@ def test_what_a_build_asked_uv_for_is_read_from_its_failure(tmp_path: Path) -> N
         "  ERROR: Could not find a version that satisfies the requirement setuptools-scm>=8 "
         "(from versions: none)", "  ERROR: No matching distribution found for setuptools-scm>=8",
     ])  # fmt: skip
-    assert wheelset.asked_for(JobResult(target="debian-amd64", error=pip)) == ["setuptools-scm>=8"]
+    assert schedule.asked_for(JobResult(target="debian-amd64", error=pip)) == ["setuptools-scm>=8"]
     other = BuildStepFailed("debian-armv7", "[build 6/7] RUN uv build", ["error: this is not C"])
-    assert wheelset.asked_for(JobResult(target="debian-armv7", error=other)) == []
+    assert schedule.asked_for(JobResult(target="debian-armv7", error=other)) == []
 
 
 def test_known_sdist_fixes_are_applied_and_checked(tmp_path: Path) -> None:
@@ -950,7 +953,7 @@ def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: 
 
     data = sdist_bytes("scipy", '[project]\nname = "scipy"\nversion = "1.16.3"\n')
     digest = hashlib.sha256(data).hexdigest()
-    cached = tmp_path / "out" / wheelset.DOWNLOADS / digest[:2] / digest / "scipy-1.16.3.tar.gz"
+    cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "scipy-1.16.3.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(data)
     scipy = closure.Candidate(name="scipy", version=Version("1.16.3"),
@@ -959,16 +962,16 @@ def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: 
     request = plan("wheel", arch="armv7", target=None, version=None, package="scipy", settings={})[
         0
     ]
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
-        "scipy==1.16.3": wheelset.Member(node=closure.Resolved(candidate=scipy))})  # fmt: skip
-    built = wheelset.build_requests(made, "scipy==1.16.3", tmp_path / "work")
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
+        "scipy==1.16.3": model.Member(node=closure.Resolved(candidate=scipy))})  # fmt: skip
+    built = contexts.build_requests(made, "scipy==1.16.3", tmp_path / "work")
     assert {"libopenblas-dev", "pkg-config"} <= set(built.recipe.apt)
     assert built.recipe.apt.count("pkg-config") == 1  # the recipe's own is not repeated
-    assert set(wheelset.build_needs()["lxml"]) == {"libxml2-dev", "libxslt1-dev"}
+    assert set(contexts.build_needs()["lxml"]) == {"libxml2-dev", "libxslt1-dev"}
 
 
 def _set_member(name: str, *, runtime: bool = True, sdist: bool = True,
-                requires: tuple[str, ...] = (), record: dict[str, Any] | None = None) -> wheelset.Member:  # fmt: skip
+                requires: tuple[str, ...] = (), record: dict[str, Any] | None = None) -> model.Member:  # fmt: skip
     from packaging.version import Version
 
     from dockerarch.artifacts import ArtifactReport
@@ -981,7 +984,7 @@ def _set_member(name: str, *, runtime: bool = True, sdist: bool = True,
         runtime=runtime, requires={f"{r}==1.0" for r in requires})  # fmt: skip
     report = ArtifactReport(name=wheel, sha256="0" * 64, size=1, kind="wheel", elf_files=0,
                             glibc=None, glibcxx=None, top_level=(name,))  # fmt: skip
-    return wheelset.Member(node=node, path=Path("/set") / wheel, report=report, record=record)
+    return model.Member(node=node, path=Path("/set") / wheel, report=report, record=record)
 
 
 def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Path) -> None:
@@ -994,11 +997,11 @@ def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Pat
     request = plan("wheel", arch="aarch64", target=None, version=None, package="brotli",
                    settings={})[0]  # fmt: skip
     built = _set_member("brotli", record=record)
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
         "brotli==1.0": built, "setuptools==1.0": _set_member("setuptools", runtime=False, sdist=False)})  # fmt: skip
-    wanted = wheelset.SetRequest(requirement_files=[], packages=["brotli"])
-    sole = wheelset.set_runtime_image
-    assert wheelset.installed_with(made, "brotli==1.0") == ()  # nothing else on the board
+    wanted = sets_wanted.SetRequest(requirement_files=[], packages=["brotli"])
+    sole = check.set_runtime_image
+    assert contexts.installed_with(made, "brotli==1.0") == ()  # nothing else on the board
     assert sole(made, wanted, "local") == (built, "dockerarch/brotli:1.0-debian-aarch64")
     assert sole(made, wanted, "pi-node") is None  # another builder checks the set
     with_tests = dataclasses.replace(wanted, test_command="pytest")
@@ -1008,7 +1011,7 @@ def test_a_set_of_one_board_package_built_now_is_its_runtime_image(tmp_path: Pat
     built.reused = False
     made.members["six==1.0"] = _set_member("six", sdist=False)  # a second board package
     assert sole(made, wanted, "local") is None
-    assert wheelset.installed_with(made, "brotli==1.0") == ()  # six is not brotli's dependency
+    assert contexts.installed_with(made, "brotli==1.0") == ()  # six is not brotli's dependency
     del made.members["six==1.0"]
     made.members["brotli==1.0"] = _set_member("brotli", sdist=False, record=record)
     assert sole(made, wanted, "local") is None  # fetched, not built: no runtime image of its own
@@ -1022,26 +1025,26 @@ def test_a_set_that_is_one_built_package_and_its_closure_is_that_package_s_runti
     # image is the set's, no second install under QEMU.
     request = plan("wheel", arch="aarch64", target=None, version=None, package="lightgbm",
                    settings={})[0]  # fmt: skip
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
         "lightgbm==1.0": _set_member("lightgbm", requires=("numpy", "scipy")),
         "scipy==1.0": _set_member("scipy", sdist=False, requires=("numpy",)),
         "numpy==1.0": _set_member("numpy", sdist=False),
         "cmake==1.0": _set_member("cmake", runtime=False, sdist=False),  # a build requirement
     })  # fmt: skip
-    others = wheelset.installed_with(made, "lightgbm==1.0")
+    others = contexts.installed_with(made, "lightgbm==1.0")
     assert [r.name for r in others] == ["numpy-1.0-cp311-cp311-linux_aarch64.whl",
                                         "scipy-1.0-cp311-cp311-linux_aarch64.whl"]  # fmt: skip
-    assert wheelset.installed_with(made, "scipy==1.0") == ()  # lightgbm is not scipy's dependency
+    assert contexts.installed_with(made, "scipy==1.0") == ()  # lightgbm is not scipy's dependency
     record = {"image": {"tag": "dockerarch/lightgbm:1.0-debian-aarch64", "id": "sha256:1"},
               "builder": {"name": "local", "endpoint": None}, "smoke": "imported lightgbm numpy scipy",
               "installed_with": [r.name for r in others]}  # fmt: skip
     made.members["lightgbm==1.0"].record = record
-    wanted = wheelset.SetRequest(requirement_files=[], packages=["lightgbm"])
-    found = wheelset.set_runtime_image(made, wanted, "local")
+    wanted = sets_wanted.SetRequest(requirement_files=[], packages=["lightgbm"])
+    found = check.set_runtime_image(made, wanted, "local")
     assert found == (made.members["lightgbm==1.0"], "dockerarch/lightgbm:1.0-debian-aarch64")
     # its checks did not cover scipy (an image built before, or a set that grew): checked anew
     record["installed_with"] = [others[0].name]
-    assert wheelset.set_runtime_image(made, wanted, "local") is None
+    assert check.set_runtime_image(made, wanted, "local") is None
 
 
 def test_a_member_s_runtime_image_gets_the_packages_its_closure_s_wheels_need(
@@ -1054,16 +1057,16 @@ def test_a_member_s_runtime_image_gets_the_packages_its_closure_s_wheels_need(
     request = plan("wheel", arch="armv7", target=None, version=None, package="lightgbm",
                    settings={})[0]  # fmt: skip
     scipy_needs = {"needs_apt": ["libopenblas0-pthread", "libgfortran5"]}
-    made = wheelset.TargetSet(request=request, indexes=no_index(tmp_path), members={
+    made = model.TargetSet(request=request, indexes=no_index(tmp_path), members={
         "lightgbm==1.0": _set_member("lightgbm", requires=("numpy", "scipy")),
         "scipy==1.0": _set_member("scipy", requires=("numpy",), record=scipy_needs),
         "numpy==1.0": _set_member("numpy", record={"needs_apt": []}),
         "pillow==1.0": _set_member("pillow", record={"needs_apt": ["libjpeg62-turbo"]}),  # not lightgbm's
         "cmake==1.0": _set_member("cmake", runtime=False, sdist=False),  # a build requirement
     })  # fmt: skip
-    assert wheelset.runtime_needs(made, "lightgbm==1.0") == ("libgfortran5", "libopenblas0-pthread")
-    assert wheelset.runtime_needs(made, "scipy==1.0") == ()  # numpy needs nothing
-    assert wheelset.runtime_needs(made, "pillow==1.0") == ()
+    assert contexts.runtime_needs(made, "lightgbm==1.0") == ("libgfortran5", "libopenblas0-pthread")
+    assert contexts.runtime_needs(made, "scipy==1.0") == ()  # numpy needs nothing
+    assert contexts.runtime_needs(made, "pillow==1.0") == ()
 
 
 def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_indexes(
@@ -1106,13 +1109,13 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
         path.write_bytes(b"target")
         candidate = closure.Candidate(name=name, version=Version(version),
                                       file=IndexFile(filename=wheel, url="http://127.0.0.1/w"))  # fmt: skip
-        members[f"{name}=={version}"] = wheelset.Member(
+        members[f"{name}=={version}"] = model.Member(
             node=closure.Resolved(candidate=candidate, runtime=False), path=path
         )
-    made = wheelset.TargetSet(request=request, indexes=indexes, members=members)
+    made = model.TargetSet(request=request, indexes=indexes, members=members)
     context = tmp_path / "context"
     context.mkdir()
-    assert wheelset.native_twins(made, sorted(members), context) == [cy86, x86]
+    assert contexts.native_twins(made, sorted(members), context) == [cy86, x86]
     assert (context / x86).read_bytes() == b"x86-64"
     assert (context / cy86).read_bytes() == b"cy x86-64"
     assert sorted(p.name for p in context.iterdir()) == [cy86, x86]
@@ -1121,7 +1124,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     made.indexes = closure.Indexes(wants, tmp_path / "dl2", session=FakeIndex(files, {}))  # type: ignore[arg-type]
-    assert wheelset.native_twins(made, sorted(members), fresh) == [x86]
+    assert contexts.native_twins(made, sorted(members), fresh) == [x86]
     # armv7: its backend runs in the i386 interpreter, so cffi gets its i686 wheel too (the
     # x86-64 one serves the code generators); Cython, pure for the target, only its x86-64 one
     i686 = "cffi-2.0.0-cp311-cp311-manylinux_2_17_i686.manylinux2014_i686.whl"
@@ -1133,17 +1136,17 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     made.indexes = closure.Indexes(wants, tmp_path / "dl3", session=FakeIndex(files, {}))  # type: ignore[arg-type]
     armv7 = tmp_path / "armv7"
     armv7.mkdir()
-    assert wheelset.native_twins(made, sorted(members), armv7) == [cy86, x86, i686]
+    assert contexts.native_twins(made, sorted(members), armv7) == [cy86, x86, i686]
     assert (armv7 / i686).read_bytes() == b"i686"
 
 
 def test_a_wheel_built_before_its_requirements_were_known_is_never_reused(tmp_path: Path) -> None:
     made, member, manifest = _built_before(tmp_path)
     manifest()
-    found = wheelset.previous_result(tmp_path, made, member, "hybrid")
+    found = reuse.previous_result(tmp_path, made, member, "hybrid")
     assert found is not None and found[2].name == "old-1.0-py3-none-any.whl"
     manifest(wheel_only=True)  # no runtime image, no smoke test: built again
-    assert wheelset.previous_result(tmp_path, made, member, "hybrid") is None
+    assert reuse.previous_result(tmp_path, made, member, "hybrid") is None
 
 
 def test_a_wheel_built_against_another_build_environment_or_mode_is_not_reused(
@@ -1156,16 +1159,16 @@ def test_a_wheel_built_against_another_build_environment_or_mode_is_not_reused(
 
     made, member, manifest = _built_before(tmp_path)
     manifest(options={**made.request.options, "MAX_JOBS": "64"})
-    assert wheelset.previous_result(tmp_path, made, member, "hybrid") is not None
+    assert reuse.previous_result(tmp_path, made, member, "hybrid") is not None
     for stale in ({"build_env": ["numpy==1.26.4"]}, {"accel": "none"}, {"dockerarch": "0.0.1"},
                   {"options": {**made.request.options, "BACKEND": "i386"}}):  # fmt: skip
         manifest(**stale)
-        assert wheelset.previous_result(tmp_path, made, member, "hybrid") is None, stale
+        assert reuse.previous_result(tmp_path, made, member, "hybrid") is None, stale
     manifest(dockerarch=__version__)
-    assert wheelset.previous_result(tmp_path, made, member, "none") is None
+    assert reuse.previous_result(tmp_path, made, member, "none") is None
 
 
-def _built_before(tmp_path: Path) -> tuple[wheelset.TargetSet, wheelset.Member, Any]:
+def _built_before(tmp_path: Path) -> tuple[model.TargetSet, model.Member, Any]:
     """A member old==1.0 built against numpy 2.0.0 in hybrid mode, and a function that writes its
     earlier result's manifest.json with any field changed."""
     from packaging.version import Version
@@ -1181,9 +1184,9 @@ def _built_before(tmp_path: Path) -> tuple[wheelset.TargetSet, wheelset.Member, 
         name="old", version=Version("1.0"),
         file=IndexFile(filename="old-1.0.tar.gz", url="http://127.0.0.1/o", hashes={"sha256": digest})),
         build_env={"numpy": "numpy==2.0.0"})  # fmt: skip
-    member = wheelset.Member(node=node)
+    member = model.Member(node=node)
     request = plan("wheel", arch="armv7", target=None, version=None, package="old", settings={})[0]
-    made = wheelset.TargetSet(
+    made = model.TargetSet(
         request=request, indexes=no_index(tmp_path), members={"old==1.0": member}
     )
 
@@ -1260,17 +1263,19 @@ def test_upload_refuses_a_set_built_from_other_requirements_than_the_file_now_as
     request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("six==1.16.0\nnumpy<2\n")
-    wanted = wheelset.SetRequest(requirement_files=[requirements])
-    (directory,) = [d for _, d in wheelset.sets_of([request], wanted, tmp_path)]
+    wanted = sets_wanted.SetRequest(requirement_files=[requirements])
+    (directory,) = [d for _, d in sets_wanted.sets_of([request], wanted, tmp_path)]
     directory.mkdir(parents=True)
     (directory / "manifest.json").write_text(json.dumps({
         "requirements": [f"six==1.16.0 ({requirements}:1)", f"numpy<2 ({requirements}:2)"],
         "constraints": [], "build_constraints": []}))  # fmt: skip
     requirements.write_text("# the board's\nnumpy<2\nsix==1.16.0\n")
-    assert wheelset.sets_of(
-        [request], wheelset.SetRequest(requirement_files=[requirements]), tmp_path
+    assert sets_wanted.sets_of(
+        [request], sets_wanted.SetRequest(requirement_files=[requirements]), tmp_path
     )
     requirements.write_text("six==1.17.0\nnumpy<2\n")
     with pytest.raises(UsageError) as err:
-        wheelset.sets_of([request], wheelset.SetRequest(requirement_files=[requirements]), tmp_path)
+        sets_wanted.sets_of(
+            [request], sets_wanted.SetRequest(requirement_files=[requirements]), tmp_path
+        )
     assert "+six==1.17.0, -six==1.16.0" in err.value.problem and "build wheel -r" in err.value.fix
