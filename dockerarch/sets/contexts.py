@@ -17,16 +17,18 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from dockerarch import closure, pkgindex, sdistfix
+from dockerarch import pkgindex, sdistfix
 from dockerarch.accel import BACKEND_I386, DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport
-from dockerarch.closure import ResolutionError
 from dockerarch.errors import DockerarchError
 from dockerarch.files import link_or_copy
 from dockerarch.pyenv import python_target
 from dockerarch.recipes import local_package, with_declared_compilers
 from dockerarch.render import RenderRequest
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.metadata import sdist_members
 from dockerarch.sets.model import Member, SetBuildFailed, TargetSet
+from dockerarch.sets.resolver import same_distribution, says_it_is
 
 
 def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False) -> RenderRequest:
@@ -37,11 +39,9 @@ def build_requests(made: TargetSet, key: str, work: Path, *, twins: bool = False
     member = made.members[key]
     candidate = member.node.candidate
     sdist = made.indexes.download(candidate.file)
-    info = closure.sdist_members(sdist, "PKG-INFO").get("PKG-INFO")
+    info = sdist_members(sdist, "PKG-INFO").get("PKG-INFO")
     if info is not None:  # what the sdist says of itself (its built wheel is checked after)
-        closure.same_distribution(
-            candidate, *closure.says_it_is(info), f"The sdist {candidate.file.filename}"
-        )
+        same_distribution(candidate, *says_it_is(info), f"The sdist {candidate.file.filename}")
     tree = unpack_sdist(sdist, work / made.target / "sdists" / key.replace("==", "-"))
     member.fixed = sdistfix.apply(candidate.name, str(candidate.version), tree)
     sets = work / made.target / "sets"

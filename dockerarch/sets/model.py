@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dockerarch.artifacts import ArtifactReport
-from dockerarch.closure import Indexes, Resolved
 from dockerarch.errors import DockerarchError
 from dockerarch.render import RenderRequest
+from dockerarch.sets.closure import Resolved
+from dockerarch.sets.indexes import Indexes
 
 Say = Callable[[str], None]
 WHEELS = "wheels"  # OUT/<target>/wheels: the wheels fetched for the target

@@ -11,13 +11,15 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from dockerarch import closure, simple_api
+from dockerarch import simple_api
 from dockerarch.build import JobResult, Progress
 from dockerarch.buildsteps import BuildOptions
-from dockerarch.closure import ResolutionError
 from dockerarch.errors import DockerarchError
 from dockerarch.files import sha256_file
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.metadata import wheel_metadata
 from dockerarch.sets.model import Member, SetBuildFailed, TargetSet, needed_by
+from dockerarch.sets.resolver import same_distribution, says_it_is
 
 PARALLELISM = ("MAX_JOBS",)  # options that change how fast a build runs, never what it makes
 
@@ -123,9 +125,9 @@ def _made_the_member(member: Member, wheel: Path) -> None:
         name, version = (str(p) for p in parse_wheel_filename(wheel.name)[:2])
     except InvalidWheelFilename:
         name, version = wheel.name, ""
-    closure.same_distribution(member.node.candidate, name, version, f"{what} (its file name)")
+    same_distribution(member.node.candidate, name, version, f"{what} (its file name)")
     try:
-        metadata: bytes | None = closure.wheel_metadata(wheel).as_bytes()
+        metadata: bytes | None = wheel_metadata(wheel).as_bytes()
     except (OSError, zipfile.BadZipFile, DockerarchError):
         metadata = None
-    closure.same_distribution(member.node.candidate, *closure.says_it_is(metadata), what)
+    same_distribution(member.node.candidate, *says_it_is(metadata), what)

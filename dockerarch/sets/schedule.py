@@ -13,20 +13,21 @@ import threading
 import time
 from pathlib import Path
 
-from dockerarch import closure
 from dockerarch.build import Feed, JobResult, Progress
 from dockerarch.buildsteps import BuildOptions
-from dockerarch.closure import Indexes
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import make_work_dir
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
 from dockerarch.render import RenderRequest
+from dockerarch.sets import closure
 from dockerarch.sets.check import check_installed
 from dockerarch.sets.contexts import build_requests
+from dockerarch.sets.indexes import Indexes
+from dockerarch.sets.metadata import wheel_metadata
 from dockerarch.sets.model import DOWNLOADS, Member, Say, TargetSet, needed_by
 from dockerarch.sets.output import write_set
-from dockerarch.sets.resolve import fetch, plan
+from dockerarch.sets.planning import fetch, plan
 from dockerarch.sets.reuse import reuse, take
 from dockerarch.sets.wanted import SetRequest
 
@@ -198,7 +199,7 @@ def learn_requires(made: TargetSet, key: str, wants: Wants, out: Path, say: Say)
     member = made.members[key]
     if not member.node.learn or member.path is None:
         return []
-    lines = list(closure.wheel_metadata(member.path).get_all("Requires-Dist") or [])
+    lines = list(wheel_metadata(member.path).get_all("Requires-Dist") or [])
     target = python_target(made.request.target)
     made.indexes.learn(member.node.candidate.file, target, lines)
     found = {k: m.node for k, m in made.members.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dockerarch import closure
+from dockerarch.sets.indexes import retrying_session
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +32,7 @@ def test_an_index_that_fails_for_a_moment_is_asked_again() -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        got = closure.retrying_session().get(
-            f"http://127.0.0.1:{server.server_address[1]}/x", timeout=5
-        )
+        got = retrying_session().get(f"http://127.0.0.1:{server.server_address[1]}/x", timeout=5)
     finally:
         server.shutdown()
         server.server_close()

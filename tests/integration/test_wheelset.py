@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch.closure import default_index
+from dockerarch.sets.indexes import default_index
 from tests.integration.conftest import dockerarch
 from tests.integration.settest_index import (
     B_C,

@@ -15,13 +15,16 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from dockerarch import closure, pyreqs
+from dockerarch import pyreqs
 from dockerarch.build import JobResult
 from dockerarch.errors import OutputError, UsageError
 from dockerarch.files import inside
 from dockerarch.recipes import local_package
 from dockerarch.render import plan
-from dockerarch.sets import contexts, model, output, reuse
+from dockerarch.sets import closure, contexts, model, output, reuse
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.indexes import Indexes
+from dockerarch.sets.resolver import Candidate
 from dockerarch.simple_api import IndexFile, redacted
 
 ESCAPE = "1/../../../../tmp/x"
@@ -45,16 +48,16 @@ def _wheel(path: Path, name: str, version: str) -> Path:
     return path
 
 
-def _made(tmp_path: Path, sdist: bytes) -> tuple[model.TargetSet, closure.Candidate]:
+def _made(tmp_path: Path, sdist: bytes) -> tuple[model.TargetSet, Candidate]:
     digest = hashlib.sha256(sdist).hexdigest()
     cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "pkg-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(sdist)
-    candidate = closure.Candidate(name="pkg", version=Version("1.0"), file=IndexFile(
+    candidate = Candidate(name="pkg", version=Version("1.0"), file=IndexFile(
         filename="pkg-1.0.tar.gz", url="http://127.0.0.1:9/files/pkg-1.0.tar.gz",
         hashes={"sha256": digest}))  # fmt: skip
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    indexes = closure.Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
+    indexes = Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
     made = model.TargetSet(request=request, indexes=indexes, members={
         "pkg==1.0": model.Member(node=closure.Resolved(candidate=candidate))})  # fmt: skip
@@ -100,14 +103,14 @@ def test_an_sdist_whose_pkg_info_names_another_version_is_refused_before_unpacki
     made, _ = _made(
         tmp_path, _sdist("pkg-1.0", f"Metadata-Version: 2.1\nName: pkg\nVersion: {ESCAPE}\n")
     )
-    with pytest.raises(closure.ResolutionError) as err:
+    with pytest.raises(ResolutionError) as err:
         contexts.build_requests(made, "pkg==1.0", tmp_path / "work")
     assert "says it is 'pkg' '1/../../../../tmp/x', but pkg==1.0 was resolved" in err.value.problem
     assert not (tmp_path / "work").exists()
     other, _ = _made(
         tmp_path / "b", _sdist("pkg-1.0", "Metadata-Version: 2.1\nName: corp-tool\nVersion: 1.0\n")
     )
-    with pytest.raises(closure.ResolutionError, match=r"'corp-tool' '1\.0'"):
+    with pytest.raises(ResolutionError, match=r"'corp-tool' '1\.0'"):
         contexts.build_requests(other, "pkg==1.0", tmp_path / "work")
     fine, _ = _made(
         tmp_path / "c", _sdist("pkg-1.0", "Metadata-Version: 2.1\nName: PKG\nVersion: 1.0.0\n")
@@ -164,13 +167,13 @@ def test_credentials_in_an_index_url_are_never_printed_or_written(tmp_path: Path
     assert redacted("http://127.0.0.1:9/simple/") == "http://127.0.0.1:9/simple/"
     wants = pyreqs.Wants(index_url=secret_url, extra_index_urls=["https://u:p4ss@127.0.0.2/s/"],
                          requirements=[pyreqs.parse_line("six", "r.txt:1")])  # fmt: skip
-    indexes = closure.Indexes(wants, tmp_path / "dl", session=Refusing())  # type: ignore[arg-type]
-    with pytest.raises(closure.ResolutionError) as err:
+    indexes = Indexes(wants, tmp_path / "dl", session=Refusing())  # type: ignore[arg-type]
+    with pytest.raises(ResolutionError) as err:
         closure.resolve(wants, closure_target(), indexes)
     assert "p4ss" not in str(err.value) and "127.0.0.2/s/six/" in str(err.value)
     # the set's manifest: its indexes and every file's URL, without the userinfo
     wheel = _wheel(tmp_path / "six-1.16.0-py2.py3-none-any.whl", "six", "1.16.0")
-    candidate = closure.Candidate(name="six", version=Version("1.16.0"), file=IndexFile(
+    candidate = Candidate(name="six", version=Version("1.16.0"), file=IndexFile(
         filename=wheel.name, url="http://team:s3cret-token@127.0.0.1:9/files/" + wheel.name))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="six", settings={})[0]
     made = model.TargetSet(request=request, indexes=indexes, members={

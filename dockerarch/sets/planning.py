@@ -9,14 +9,16 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from dockerarch import closure, pkgindex
+from dockerarch import pkgindex
 from dockerarch.artifacts import VerificationError
-from dockerarch.closure import Indexes, ResolutionError
 from dockerarch.errors import UsageError
 from dockerarch.files import link_or_copy, sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.pyreqs import Wants
 from dockerarch.render import RenderRequest
+from dockerarch.sets import closure
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.indexes import Indexes
 from dockerarch.sets.model import WHEELS, Member, Say, TargetSet, needed_by
 
 

@@ -1,0 +1,257 @@
+"""The package indexes a set is resolved from, as a client: project pages from the first index
+that has a project (uv's order: the extra indexes before the default), --find-links directories
+beside them, files downloaded into the downloads cache by sha256 (checked, retried, never left
+half-written), and what a build of an sdist once said it needs.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.parser
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+import requests
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+from dockerarch import localtree, simple_api
+from dockerarch.files import sha256_file, write_atomic
+from dockerarch.pyenv import PythonTarget
+from dockerarch.pyreqs import Wants
+from dockerarch.sets.errors import ResolutionError
+from dockerarch.sets.metadata import wheel_metadata
+from dockerarch.simple_api import IndexFile
+
+Say = Callable[[str], None]
+LEARNED = "requires-dist"  # beside an sdist in the downloads cache: what its wheel said
+TIMEOUT = 60  # seconds for one request to an index
+
+
+def default_index() -> str:
+    """The index pip uses here: PIP_INDEX_URL, else pip's built-in default (never written in
+    dockerarch)."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    try:
+        from pip._internal.models.index import PyPI  # tests/unit/test_private_surfaces.py
+
+        return str(PyPI.simple_url)
+    except (ImportError, AttributeError) as exc:
+        raise ResolutionError(
+            "No index to resolve from: PIP_INDEX_URL is not set, and this pip does not say its "
+            f"default where dockerarch reads it ({type(exc).__name__}: {exc})",
+            fix="Give --index-url URL, or set PIP_INDEX_URL.",
+        ) from exc
+
+
+class Indexes:
+    """Project pages and files from the indexes of a set, downloads kept in ``cache`` by
+    sha256 (checked against the index's hash, and the requirement's when it has one)."""
+
+    def __init__(self, wants: Wants, cache: Path, session: requests.Session | None = None) -> None:
+        # uv's order: the extra indexes before the default, so that a private name on an extra
+        # index is never taken from the public default (dependency confusion)
+        self.urls = [*wants.extra_index_urls, wants.index_url or default_index()]
+        self.cache = cache
+        self.session = session or retrying_session()
+        self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
+        self.directories = wants.directories
+        self.find_links = wants.find_links
+        self._linked: dict[str, list[IndexFile]] | None = None
+
+    def files(self, name: str) -> tuple[str, list[IndexFile]]:
+        """(index URL, files) of project ``name`` from the first index that has it; a project
+        given as a directory has its tree's sdist only (the indexes are not asked)."""
+        if name not in self._pages and name in self.directories:
+            tree = self.directories[name]
+            _, sdist = localtree.pack(tree, self.cache)
+            file = IndexFile(filename=sdist.name, url=sdist.as_uri(),
+                             hashes={"sha256": sdist.parent.name})  # fmt: skip
+            self._pages[name] = (f"directory {tree}", [file])
+        if name not in self._pages:
+            found: tuple[str, list[IndexFile]] = ("", [])
+            for index in self.urls:
+                url = simple_api.project_url(index, name)
+                response = self._get(url, headers={"Accept": simple_api.ACCEPT})
+                if response.status_code == 404:
+                    continue
+                self._check(response, f"the page of {name}")
+                kind = response.headers.get("Content-Type", "")
+                page = simple_api.parse_project_page(response.content, kind, response.url)
+                found = (simple_api.redacted(index), page)
+                break
+            linked = self.linked().get(name, [])
+            if linked:  # pip's --find-links: its files beside the index's
+                where = ", ".join(str(d) for d in self.find_links)
+                found = (f"{where} and {found[0]}" if found[0] else where, [*linked, *found[1]])
+            self._pages[name] = found
+        return self._pages[name]
+
+    def linked(self) -> dict[str, list[IndexFile]]:
+        """{canonical name: files} of the --find-links directories' wheels and sdists (read
+        once; each file's sha256 from its bytes)."""
+        if self._linked is None:
+            self._linked = {}
+            for directory in self.find_links:
+                for path in sorted(directory.iterdir()):
+                    name = _file_project(path.name)
+                    if name is not None and path.is_file():
+                        file = IndexFile(filename=path.name, url=path.as_uri(),
+                                         hashes={"sha256": sha256_file(path)})  # fmt: skip
+                        self._linked.setdefault(name, []).append(file)
+        return self._linked
+
+    def _get(self, url: str, **kwargs: Any) -> requests.Response:
+        try:
+            return self.session.get(url, timeout=TIMEOUT, **kwargs)
+        except requests.RequestException as exc:
+            raise ResolutionError(
+                f"The package index did not answer for {simple_api.redacted(url)}: "
+                f"{type(exc).__name__}",
+                fix="Check the index URL (--index-url/--extra-index-url, or the requirements "
+                "file's) and the network, then run again.",
+            ) from exc
+
+    @staticmethod
+    def _check(response: requests.Response, what: str) -> None:
+        if response.status_code != 200:
+            raise ResolutionError(
+                f"The package index answered {response.status_code} for {what} "
+                f"({simple_api.redacted(response.url)})",
+                fix="Check the index URL and its credentials, then run again.",
+            )
+
+    def download(self, file: IndexFile, allowed: frozenset[str] | None = None) -> Path:
+        """``file`` in the cache, its sha256 checked; written under a temporary name first."""
+        if allowed is not None and file.sha256 not in allowed:
+            raise ResolutionError(
+                f"{file.filename}'s sha256 ({file.sha256 or 'not given by the index'}) is not "
+                "one the requirements allow",
+                fix="Check the --hash lines of the requirements file against the file's "
+                "(pip hash FILE).",
+            )
+        path = self._cache_dir(file) / file.filename
+        if path.is_file() and (not file.sha256 or sha256_file(path) == file.sha256):
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+        try:
+            self._fetch(file, partial)
+            digest = sha256_file(partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # an interrupted or broken download leaves nothing
+            raise
+        if file.sha256 and digest != file.sha256:
+            partial.unlink()
+            raise ResolutionError(
+                f"{file.filename} downloaded from {simple_api.redacted(file.url)} has sha256 "
+                f"{digest}, but the index "
+                f"lists {file.sha256}",
+                fix="The index or something between it and this machine changed the file; "
+                "nothing of it was kept. Run again, or ask the index's owner.",
+            )
+        os.replace(partial, path)
+        return path
+
+    def _fetch(self, file: IndexFile, partial: Path) -> None:
+        if file.url.startswith("file:"):  # a --find-links directory's
+            shutil.copyfile(Path(url2pathname(urlparse(file.url).path)), partial)
+            return
+        response = self._get(file.url, stream=True)
+        self._check(response, file.filename)
+        try:
+            with partial.open("wb") as out:
+                for chunk in response.iter_content(1 << 20):
+                    out.write(chunk)
+        except requests.RequestException as exc:
+            raise ResolutionError(
+                f"Downloading {file.filename} from {simple_api.redacted(file.url)} broke off: "
+                f"{type(exc).__name__}",
+                fix="Nothing of it was kept; run the same command again.",
+            ) from exc
+
+    def metadata(self, file: IndexFile) -> email.message.Message:
+        """A wheel's core metadata: PEP 658's file when served, else from the wheel itself."""
+        if file.metadata is not None:
+            response = self._get(file.url + ".metadata")
+            if response.status_code == 200:
+                expected = file.metadata.get("sha256")
+                import hashlib
+
+                if expected and hashlib.sha256(response.content).hexdigest() != expected:
+                    raise ResolutionError(
+                        f"The metadata of {file.filename} does not match its hash on the index",
+                        fix="Run again; if it persists, the index serves a wrong file.",
+                    )
+                return email.parser.BytesParser().parsebytes(response.content)
+        return wheel_metadata(self.download(file))
+
+    def _cache_dir(self, file: IndexFile) -> Path:
+        """Where ``file`` (and what is learned of it) is kept: by sha256."""
+        key = file.sha256 or _url_key(file.url)
+        return self.cache / key[:2] / key
+
+    def _learned_path(self, file: IndexFile, target: PythonTarget) -> Path:
+        # per machine and Python: a setup.py may ask for more on one board than on another
+        machine, (major, minor) = target.markers["platform_machine"], target.python
+        return self._cache_dir(file) / f"{LEARNED}-{machine}-cp{major}{minor}.json"
+
+    def learned(self, file: IndexFile, target: PythonTarget) -> list[str] | None:
+        """The Requires-Dist a build of the sdist ``file`` for ``target`` wrote in its wheel
+        (learn), None if it was never built here."""
+        try:
+            lines = json.loads(self._learned_path(file, target).read_text())
+        except (OSError, ValueError):
+            return None
+        return [str(line) for line in lines] if isinstance(lines, list) else None
+
+    def learn(self, file: IndexFile, target: PythonTarget, lines: Sequence[str]) -> None:
+        """Keep what a build of the sdist ``file`` for ``target`` said it needs at run time: the
+        next resolution knows it from the start."""
+        path = self._learned_path(file, target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(list(lines), indent=1) + "\n").encode())
+
+
+def retrying_session() -> requests.Session:
+    """A session whose GETs are tried again on a refused connection, a reset or a 429/5xx
+    answer, waiting longer each time (urllib3's Retry: 0.25 s doubling, 5 tries more), as pip's are."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retry = Retry(total=5, connect=5, read=5, status=5, backoff_factor=0.25,
+                  status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET", "HEAD"),
+                  raise_on_status=False)  # fmt: skip
+    session = requests.Session()
+    for prefix in ("http://", "https://"):
+        session.mount(prefix, HTTPAdapter(max_retries=retry))
+    return session
+
+
+def _file_project(filename: str) -> str | None:
+    """The canonical project name of a wheel or sdist file name, None for any other file."""
+    try:
+        if filename.endswith(".whl"):
+            return str(parse_wheel_filename(filename)[0])
+        if filename.endswith((".tar.gz", ".zip")):
+            return str(parse_sdist_filename(filename)[0])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    return None
+
+
+def _url_key(url: str) -> str:
+    import hashlib
+
+    return "url-" + hashlib.sha256(url.encode()).hexdigest()[:32]
