@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from packaging.utils import parse_wheel_filename
+
 from dockerarch import elf
 from dockerarch.errors import DockerarchError
 from dockerarch.targets import BoardTarget
@@ -267,3 +269,29 @@ def _top_level(path: Path) -> tuple[str, ...]:
         if module.isidentifier():
             found.add(module)
     return tuple(sorted(found))
+
+
+def board_gate(path: Path, target: BoardTarget, *, fetched: bool = False) -> ArtifactReport:
+    """The board-ABI gate for a wheel file of ``target``, built by dockerarch or ``fetched`` from
+    an index (a manylinux tag the target's glibc accepts is fine then): the verification every
+    artifact passes (machine, float ABI, tag, GLIBC/GLIBCXX) and the target's Python version, as
+    its index and a wheel set take a wheel; its report."""
+    report = verify(path, target, fetched=fetched)
+    _, _, _, tags = parse_wheel_filename(path.name)
+    major, minor = (int(p) for p in target.python.split("."))
+    ok = False
+    for tag in tags:
+        if tag.interpreter in (f"cp{major}{minor}", f"py{major}", f"py{major}{minor}"):
+            ok = True
+        elif tag.abi == "abi3" and tag.interpreter.startswith("cp3"):
+            ok = ok or int(tag.interpreter[3:] or 0) <= minor
+    if not ok:
+        interpreters = ", ".join(sorted({t.interpreter for t in tags}))
+        raise VerificationError(
+            f"{path.name} is for {interpreters}, but target '{target.name}' runs Python "
+            f"{target.python}: pip on its boards would refuse it (or worse, a wheel for another "
+            "OS release would slip into its index)",
+            fix=f"Build it for that target (dockerarch build ... --target {target.name}), and "
+            "publish each target's wheels to its own index.",
+        )
+    return report

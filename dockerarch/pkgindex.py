@@ -129,33 +129,7 @@ def find_set_wheels(sets: list[tuple[BoardTarget, Path]]) -> list[Wheel]:
 def gate(wheel: Wheel) -> None:
     """The board-ABI gate of the target's index: machine, float ABI, tag, GLIBC/GLIBCXX (the
     build's own verification, again) and the target's Python version."""
-    gate_file(wheel.path, wheel.target, fetched=wheel.fetched)
-
-
-def gate_file(
-    path: Path, target: BoardTarget, *, fetched: bool = False
-) -> artifacts.ArtifactReport:
-    """The board-ABI gate for a wheel file of ``target``, built by dockerarch or ``fetched`` from
-    an index (a manylinux tag the target's glibc accepts is fine then): its report."""
-    report = artifacts.verify(path, target, fetched=fetched)
-    _, _, _, tags = parse_wheel_filename(path.name)
-    major, minor = (int(p) for p in target.python.split("."))
-    ok = False
-    for tag in tags:
-        if tag.interpreter in (f"cp{major}{minor}", f"py{major}", f"py{major}{minor}"):
-            ok = True
-        elif tag.abi == "abi3" and tag.interpreter.startswith("cp3"):
-            ok = ok or int(tag.interpreter[3:] or 0) <= minor
-    if not ok:
-        interpreters = ", ".join(sorted({t.interpreter for t in tags}))
-        raise VerificationError(
-            f"{path.name} is for {interpreters}, but target '{target.name}' runs Python "
-            f"{target.python}: pip on its boards would refuse it (or worse, a wheel for another "
-            "OS release would slip into its index)",
-            fix=f"Build it for that target (dockerarch build ... --target {target.name}), and "
-            "publish each target's wheels to its own index.",
-        )
-    return report
+    artifacts.board_gate(wheel.path, wheel.target, fetched=wheel.fetched)
 
 
 # --- uploading ---------------------------------------------------------------------------------

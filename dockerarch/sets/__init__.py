@@ -5,7 +5,7 @@ For each target the set is resolved first (closure.resolve: the requirements' cl
 board's Python, and each sdist's build requirements), then:
 
 1. every distribution with a wheel that fits the board is downloaded, its hash checked, and put
-   through the board-ABI gate a built wheel passes (pkgindex.gate_file);
+   through the board-ABI gate a built wheel passes (artifacts.board_gate);
 2. every other one is built hybrid from its sdist, in dependency order, as `build wheel` builds a
    source tree, with the named context ``wheelset``: the wheels its build requirements resolved to
    (and its run-time closure) and ``build-constraints.txt`` pinning them. Its build environment

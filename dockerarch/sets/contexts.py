@@ -17,7 +17,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from dockerarch import pkgindex, sdistfix
+from dockerarch import artifacts, sdistfix
 from dockerarch.accel import BACKEND_I386, DRIVER_WHEELS, NATIVE_SPEEDUPS
 from dockerarch.artifacts import ArtifactReport
 from dockerarch.errors import DockerarchError
@@ -118,7 +118,7 @@ def member_report(made: TargetSet, member: Member) -> ArtifactReport:
     """A member's wheel through the board-ABI gate (a fetched one was at its download)."""
     assert member.path is not None
     if member.report is None:
-        member.report = pkgindex.gate_file(member.path, made.request.target,
+        member.report = artifacts.board_gate(member.path, made.request.target,
                                            fetched=not member.built)  # fmt: skip
     return member.report
 

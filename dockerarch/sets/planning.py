@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from dockerarch import pkgindex
+from dockerarch import artifacts
 from dockerarch.artifacts import VerificationError
 from dockerarch.errors import UsageError
 from dockerarch.files import link_or_copy, sha256_file
@@ -93,7 +93,7 @@ def fetch(made: TargetSet, wants: Wants, out: Path, say: Say) -> None:
         if not path.is_file() or sha256_file(path) != file.sha256:
             link_or_copy(downloaded, path)
         try:
-            member.report = pkgindex.gate_file(path, made.request.target, fetched=True)
+            member.report = artifacts.board_gate(path, made.request.target, fetched=True)
         except VerificationError as exc:
             raise VerificationError(
                 f"{file.filename} from the index, which {needed_by(member)} needs, fails the "
