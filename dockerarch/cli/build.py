@@ -13,7 +13,6 @@ from dockerarch.cli.output import columns
 
 if TYPE_CHECKING:
     from dockerarch.build import BuildOptions, JobResult
-    from dockerarch.config import RegistryConfig
     from dockerarch.render import RenderRequest
     from dockerarch.sets.wanted import SetRequest
 
@@ -147,43 +146,29 @@ def build(
     ] = "auto",
 ) -> None:
     """Build RECIPE for each target: verified artifacts land in OUT/<target>/<name>-<version>/."""
-    from dockerarch import accel as accel_module
-    from dockerarch import build as build_module
-    from dockerarch.config import load_registry_config
+    from dockerarch import buildrun
     from dockerarch.progress import Board
-    from dockerarch.recipes import parse_set
-    from dockerarch.render import plan
-    from dockerarch.sets.wanted import SetRequest, set_requests
 
-    accel_module.check_mode(accel)
     live = progress_mode(progress)
-    chosen = parse_set(settings or [])
-    asked = SetRequest(
-        requirement_files=requirement or [], constraint_files=constraint or [],
-        build_constraint_files=build_constraint or [], packages=[package] if package else [],
-        index_url=index_url, extra_index_urls=extra_index_url or [], require_hashes=require_hashes,
-        no_deps=no_deps, no_binary=no_binary or [], find_links=find_links or [], name=set_name,
-        test_requires=test_requires or [],
-        test_command=test_command, test_sources=test_sources,
-    )  # fmt: skip
-    wanted = asked if is_set(recipe, asked, push=push) else None
-    requests = (set_requests(recipe, wanted, arch=arch, target=target, settings=chosen)
-                if wanted is not None else
-                plan(recipe, arch=arch, target=target, version=version, package=package,
-                     settings=chosen, source=source))  # fmt: skip
-    registry = load_registry_config()
-    options = build_options(
-        requests, chosen, registry, out=out, builder=builder, fallback_qemu=fallback_qemu,
+    ask = buildrun.BuildAsk(
+        recipe=recipe, arch=arch, target=target, version=version, package=package, source=source,
+        settings=settings or [], out=out, builder=builder, fallback_qemu=fallback_qemu,
         cache=not no_cache, smoke=smoke, accel=accel, ccache=ccache, use=use or [],
         farm=[] if no_farm else farm or None, registry_cache=registry_cache,
-        compiler_cache=compiler_cache and ccache,
+        compiler_cache=compiler_cache and ccache, push=push, requirement_files=requirement or [],
+        constraint_files=constraint or [], build_constraint_files=build_constraint or [],
+        no_deps=no_deps, no_binary=no_binary or [], index_url=index_url,
+        extra_index_urls=extra_index_url or [], find_links=find_links or [],
+        require_hashes=require_hashes, set_name=set_name, test_requires=test_requires or [],
+        test_command=test_command, test_sources=test_sources,
     )  # fmt: skip
-    if wanted is not None:
-        build_set(requests, wanted, options, live=live)
+    run = buildrun.prepare(ask, say=lambda line: typer.echo(line, err=True))
+    if run.wanted is not None:
+        build_set(run.requests, run.wanted, run.options, live=live)
     else:
-        typer.echo(announcement(requests), err=True)
-        with Board((r.target.name for r in requests), live=live) as board:
-            results = build_module.run_jobs(requests, options, board)
+        typer.echo(buildrun.announcement(run.requests), err=True)
+        with Board((r.target.name for r in run.requests), live=live) as board:
+            results = buildrun.build_jobs(run, board)
         report(results)
         if any(r.error is not None for r in results):
             if push:
@@ -193,79 +178,7 @@ def build(
         from dockerarch.cli.push import publish_built
         from dockerarch.publish import find_built
 
-        publish_built(find_built(requests, out), registry, index_tag=None, tags=())
-
-
-def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
-    """Whether the command line asks for a wheel set (build wheel -r, or --package from an
-    index); options that only a set takes are refused otherwise."""
-    from dockerarch.errors import UsageError
-    from dockerarch.recipes import directory_named
-
-    package = wanted.packages[0] if wanted.packages else None
-    from_index = package is not None and directory_named(package) is None
-    set_options = (wanted.test_requires or wanted.test_command or wanted.test_sources
-                   or wanted.no_deps or wanted.no_binary or wanted.index_url
-                   or wanted.extra_index_urls or wanted.find_links or wanted.constraint_files
-                   or wanted.build_constraint_files or wanted.require_hashes or wanted.name)  # fmt: skip
-    # a directory with a set's options is a set of one: the project with what it needs
-    if recipe == "wheel" and (wanted.requirement_files or from_index
-                              or (package is not None and set_options)):  # fmt: skip
-        if push and wanted.requirement_files:
-            raise UsageError("--push publishes one package's images; a set from -r has none "
-                             "of its own", fix="Publish the set with dockerarch upload wheel -r "
-                             "FILE (boards pip install it), or push each package's build.")  # fmt: skip
-        return True
-    if set_options:
-        raise UsageError("--no-deps, --no-binary, -c, --build-constraint, --index-url, --extra-index-url, "
-                         "--find-links, --require-hashes, --name and the --test options go with a wheel set: "
-                         "build wheel -r FILE, or --package NAME",
-                         fix="Give -r requirements.txt or a --package spec.")  # fmt: skip
-    return False
-
-
-def build_options(requests: list[RenderRequest], chosen: dict[str, str], registry: RegistryConfig,
-                  *, out: Path, builder: str | None, fallback_qemu: bool, cache: bool,
-                  smoke: bool, accel: str, ccache: bool, use: list[str], farm: list[str] | None,
-                  registry_cache: bool | None, compiler_cache: bool) -> BuildOptions:  # fmt: skip
-    """The build's options, everything that can be checked before a base is bootstrapped or a
-    step is run checked: the output directory, the engine, a forced builder node, the farm's
-    servers (``farm`` None: registry.yaml's; []: none) and the most compiles at once they
-    could ask for, the shared compiler cache's answer to this machine's credentials."""
-    import os
-
-    from dockerarch import build as build_module
-    from dockerarch import engine
-    from dockerarch.config import parse_farm_servers
-    from dockerarch.farm import JOBS_OPTION, check_farm_jobs
-    from dockerarch.files import ensure_writable_dir
-
-    ensure_writable_dir(out, "--out")
-    engine.daemon_info()  # fail early and clearly when no engine answers
-    if builder is not None and builder != "local":
-        from dockerarch.builders import check_forced
-
-        check_forced(builder)
-    servers = registry.farm if farm is None else parse_farm_servers(farm)
-    if servers and JOBS_OPTION not in chosen:
-        check_farm_jobs(requests, servers, os.cpu_count() or 2)
-    use_registry_cache = registry.cache if registry_cache is None else registry_cache
-    remote = None
-    if compiler_cache and registry.compiler_cache is not None:
-        from dockerarch import compilercache
-        from dockerarch.base import STATE_DIR
-
-        remote = compilercache.check(
-            compilercache.credentials(registry.compiler_cache, state_dir=STATE_DIR),
-            say=lambda line: typer.echo(line, err=True),
-        )  # fmt: skip
-    return build_module.BuildOptions(
-        out=out, builder=builder, fallback_qemu=fallback_qemu, cache=cache, smoke=smoke,
-        ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
-        registry_cache=registry.cache_repository if use_registry_cache else None,
-        registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
-        jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote,
-    )  # fmt: skip
+        publish_built(find_built(run.requests, out), run.registry, index_tag=None, tags=())
 
 
 def report(results: list[JobResult]) -> None:
@@ -356,21 +269,6 @@ def summary(results: list[JobResult]) -> str:
     return columns(rows)
 
 
-def parse_use(pairs: list[str]) -> dict[str, Path]:
-    """--use NAME=DIR pairs."""
-    from dockerarch.errors import UsageError
-
-    found: dict[str, Path] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise UsageError(
-                f"--use '{pair}' is not NAME=DIR", fix="Write it like --use torch-wheels=./wheels."
-            )
-        found[name.strip()] = Path(value.strip()).expanduser()
-    return found
-
-
 def progress_mode(value: str) -> bool | None:
     """--progress as the Board takes it: live (tty), plain, or decided by the terminal (auto)."""
     from dockerarch.errors import UsageError
@@ -381,13 +279,3 @@ def progress_mode(value: str) -> bool | None:
             f"--progress {value} is not a progress mode", fix="Give auto, tty or plain."
         )
     return modes[value]
-
-
-def announcement(requests: list[RenderRequest]) -> str:
-    """The line a build starts with: what it makes (for the wheel recipe, the package), which
-    version, for which targets."""
-    names = ", ".join(f"{r.target.name} ({r.target.platform})" for r in requests)
-    first = requests[0]
-    what = first.package.dist_name if first.package else first.recipe.name
-    why = [r.chosen_because for r in requests if r.chosen_because]
-    return "\n".join([f"building {what} {first.version} for {names}", *why])

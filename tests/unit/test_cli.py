@@ -113,7 +113,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
 
 
 def test_a_wheel_build_is_announced_by_its_packages_name() -> None:
-    from dockerarch.cli.build import announcement
+    from dockerarch.buildrun import announcement
     from dockerarch.render import plan
 
     wheel = plan("wheel", arch="armv7", target=None, version=None, package="msgpack==1.1.0",
