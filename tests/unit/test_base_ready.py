@@ -16,7 +16,7 @@ from dockerarch.errors import UsageError
 
 from .test_toolchain_image import FakeEngine, job
 
-_REAL_BOOTSTRAP_REQUEST = buildsteps._bootstrap_request
+_REAL_BOOTSTRAP_REQUEST = buildsteps.bases._bootstrap_request
 
 TARGET_ID = "sha256:" + "7" * 64
 REQUEST = object()  # stands in for the base.BaseRequest of a base dockerarch can make
@@ -48,14 +48,14 @@ class Bootstraps:
 
 @pytest.fixture(autouse=True)
 def _can_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(buildsteps, "_bootstrap_request", lambda name, tag: REQUEST)
+    monkeypatch.setattr(buildsteps.bases, "_bootstrap_request", lambda name, tag: REQUEST)
 
 
 def test_the_toolchain_image_is_made_while_the_target_base_is_bootstrapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstraps = Bootstraps()
-    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    monkeypatch.setattr(buildsteps.bases, "_local_base", bootstraps)
     engine = FakeEngine()  # no base at all
     state, _ = job(tmp_path, engine)
     state.toolchain_base_id = None
@@ -82,7 +82,7 @@ def test_a_failed_bootstrap_fails_the_build_at_base_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstraps = Bootstraps(UsageError("Target 'debian-armv7' has no base image yet"))
-    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    monkeypatch.setattr(buildsteps.bases, "_local_base", bootstraps)
     state, _ = job(tmp_path, FakeEngine())
     buildsteps.ensure_base(state)
     bootstraps.release.set()
@@ -97,7 +97,7 @@ def test_a_base_that_is_there_or_a_nodes_build_takes_it_first(
 ) -> None:
     bootstraps = Bootstraps()
     bootstraps.release.set()
-    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    monkeypatch.setattr(buildsteps.bases, "_local_base", bootstraps)
     tag = "dockerarch/base/debian-armv7:bookworm"
     engine = FakeEngine({tag} if not node else set())
     # a node's build copies the base there: the stand-in says the node has it already
@@ -119,9 +119,9 @@ def test_a_base_dockerarch_cannot_make_is_said_before_anything_is_built(
         raise UsageError("no Debian mirror in the host's apt sources")
 
     monkeypatch.setattr(base, "make_request", no_mirror)
-    monkeypatch.setattr(buildsteps, "_bootstrap_request", _REAL_BOOTSTRAP_REQUEST)
+    monkeypatch.setattr(buildsteps.bases, "_bootstrap_request", _REAL_BOOTSTRAP_REQUEST)
     bootstraps = Bootstraps()
-    monkeypatch.setattr(buildsteps, "_local_base", bootstraps)
+    monkeypatch.setattr(buildsteps.bases, "_local_base", bootstraps)
     engine = FakeEngine()
     state, _ = job(tmp_path, engine)
     with pytest.raises(UsageError, match="cannot bootstrap one unaided: no Debian mirror"):

@@ -1,0 +1,72 @@
+"""The steps of a build job, in order: each a small function of the job's state.
+
+A job (build.Job) makes a temporary directory beside its result and runs :data:`STEPS` on a
+:class:`JobState`; each step is timed, and the times go to manifest.json. The steps talk to the
+Docker engine only through :class:`Engine` (the ``engine`` module in a real build, a fake in unit
+tests), and to the user only through the state's progress callbacks.
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dockerarch.buildsteps.bases import base_ready, ensure_base
+from dockerarch.buildsteps.compile import (
+    build_artifacts,
+    prepare_context,
+    push_cache,
+    use_farm,
+    verify,
+)
+from dockerarch.buildsteps.images import runtime_base_image, toolchain_image
+from dockerarch.buildsteps.manifest import write_manifest
+from dockerarch.buildsteps.runtime import SMOKE_TIMEOUT, image_tag, runtime_image, smoke_test
+from dockerarch.buildsteps.state import (
+    BuildOptions,
+    BuildStepFailed,
+    BuildStopped,
+    Engine,
+    JobState,
+    SmokeFailed,
+)
+
+STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
+    ("ensure base", ensure_base),
+    ("prepare context", prepare_context),
+    ("toolchain image", toolchain_image),
+    ("base ready", base_ready),
+    ("runtime base image", runtime_base_image),
+    ("farm", use_farm),
+    ("build artifacts", build_artifacts),
+    ("verify", verify),
+    ("push cache", push_cache),
+    ("runtime image", runtime_image),
+    ("smoke test", smoke_test),
+    ("manifest", write_manifest),
+)
+
+
+__all__ = [
+    "SMOKE_TIMEOUT",
+    "STEPS",
+    "BuildOptions",
+    "BuildStepFailed",
+    "BuildStopped",
+    "Engine",
+    "JobState",
+    "SmokeFailed",
+    "base_ready",
+    "build_artifacts",
+    "ensure_base",
+    "image_tag",
+    "prepare_context",
+    "push_cache",
+    "runtime_base_image",
+    "runtime_image",
+    "smoke_test",
+    "toolchain_image",
+    "use_farm",
+    "verify",
+    "write_manifest",
+]

@@ -1,0 +1,221 @@
+"""A build job's state as its steps share it: the options a build runs with, the engine the steps
+talk to (the engine module, or a stand-in in unit tests), what each step leaves for the next,
+how a step's engine build is streamed, and the job's rendered context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+from dockerarch import (
+    accel,
+    artifacts,
+    builders,
+    paths,
+    steps,
+)
+from dockerarch import farm as farm_module
+from dockerarch.compilercache import RemoteCache
+from dockerarch.config import FarmServer
+from dockerarch.engine import BuildFailed, BuildSpec
+from dockerarch.errors import DockerarchError, EngineError
+from dockerarch.files import context_name
+from dockerarch.render import RenderRequest, render_dockerfile
+
+if TYPE_CHECKING:
+    pass
+
+
+class Engine(Protocol):
+    """What a build job asks of the Docker engine (the ``engine`` module's functions)."""
+
+    def image_labels(
+        self, reference: str, context: str | None = None
+    ) -> tuple[str, dict[str, str]] | None: ...
+    def copy_image(self, reference: str, to_context: str) -> None: ...
+    def tag_image(self, reference: str, tag: str, context: str | None = None) -> None: ...
+    def build_lines(self, spec: BuildSpec) -> Iterator[str]: ...
+    def run_in_image(
+        self,
+        image: str,
+        platform: str,
+        command: str,
+        context: str | None = None,
+        timeout: int | None = None,
+        network: str | None = None,
+        volumes: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[int, str]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    out: Path
+    builder: str | None = None
+    fallback_qemu: bool = False
+    cache: bool = True
+    smoke: bool = True
+    ca_bundle: str | None = None
+    accel: str = "hybrid"  # or "none": plain emulation (native nodes build natively either way)
+    ccache: bool = True  # hybrid builds' compiler cache
+    registry_cache: str | None = None  # a repository: build stages pushed there with inline cache
+    registry_cache_loopback: bool = True  # the registry is on this machine only
+    uses: dict[str, Path] = field(default_factory=dict)  # --use NAME=DIR: a recipe's `uses` given
+    farm: tuple[FarmServer, ...] = ()  # compile farm servers (hybrid builds)
+    jobs_chosen: bool = False  # --set MAX_JOBS=N: a farm does not raise it
+    compiler_cache: RemoteCache | None = None  # the team's shared compiler cache (hybrid builds)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """buildx --secret values: the host's CA bundle, when there is one."""
+        return (f"id=ca-bundle,src={self.ca_bundle}",) if self.ca_bundle else ()
+
+
+@dataclass(kw_only=True)
+class JobState:
+    """What the steps of one target's build share: its inputs, its temporary directory, and what
+    each step found for the next."""
+
+    request: RenderRequest  # with the hybrid toolchain decided
+    route: builders.Route
+    decision: accel.Decision
+    options: BuildOptions
+    engine: Engine
+    work: Path  # the job's temporary directory
+    log: TextIO  # build.log, in work/result
+    say: Callable[[str], None]
+    step: Callable[[str], None]
+    count: Callable[[str, int, int, str], None]
+    started: float = field(default_factory=time.monotonic)
+    contexts: dict[str, str] = field(default_factory=dict)  # named build contexts
+    used: dict[str, str] = field(default_factory=dict)  # other results' directories (uses)
+    build_args: dict[str, str] = field(default_factory=dict)  # of every buildx invocation
+    base_id: str | None = None
+    base_pending: Future[tuple[str, dict[str, str]]] | None = None  # bootstrapping meanwhile
+    toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
+    toolchain_image: str | None = None  # the image that gives this build its native stages
+    runtime_base_image: str | None = None  # the image its build and runtime stages start from
+    cache_ref: str | None = None
+    toolchain_log: Path | None = None
+    drivers: accel.DriverReport | None = None
+    reports: list[artifacts.ArtifactReport] = field(default_factory=list)
+    image_tag: str | None = None
+    sonames: str = ""  # the build stage's soname<TAB>package table (libneeds.SONAMES_EXPORT)
+    needs_apt: list[str] = field(default_factory=list)  # packages the artifacts' libraries need
+    image_id: str | None = None
+    smoke_output: str | None = None
+    hybrid: dict[str, int] | None = None
+    emulated_starters: dict[str, int] | None = None  # emulated programs that started compiles
+    farm_secret: str | None = None  # buildx --secret of the farm's hosts line, when one is used
+    farm: farm_module.Placement | None = None  # where the farm's compiles ran
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    built_options: dict[str, str] = field(default_factory=dict)  # as the Dockerfile builds them
+    source_date_epoch: int | None = None  # the timestamps the build writes into its artifacts
+
+    @property
+    def landing(self) -> Path:
+        """The result as it is made: artifacts, build.log, manifest.json."""
+        return self.work / "result"
+
+    @property
+    def context(self) -> Path:
+        return self.work / context_name("context", self.work)
+
+    @property
+    def target(self) -> str:
+        return self.request.target.name
+
+
+class BuildStepFailed(EngineError):
+    exit_code = 6
+
+    def __init__(self, target: str, step: str, tail: list[str]) -> None:
+        super().__init__(f"{target}: the build failed at {step}")
+        self.step = step
+        self.tail = tail
+
+
+class BuildStopped(EngineError):
+    """buildx ended with no step failing: it was killed, or lost its engine."""
+
+    exit_code = 6
+
+    def __init__(self, target: str, doing: str, code: int | None) -> None:
+        how = (
+            f"was killed (signal {-code})" if code is not None and code < 0
+            else f"ended with exit code {code}" if code is not None else "ended"
+        )  # fmt: skip
+        super().__init__(
+            f"{target}: docker buildx {how} while {doing}, with no build step failing",
+            fix="Run the same command again: finished steps are cached and compiled objects are "
+            "in the compiler cache, so the build continues where it stopped.",
+        )
+
+
+class SmokeFailed(DockerarchError):
+    exit_code = 8
+
+
+def stream(job: JobState, spec: BuildSpec, first: str) -> None:
+    """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
+    job.step(first)
+    args = {**job.build_args, **(spec.build_args or {})}
+    if job.source_date_epoch is not None:  # every invocation the same, or none share a cache
+        args["SOURCE_DATE_EPOCH"] = str(job.source_date_epoch)
+    if args:
+        spec = dataclasses.replace(spec, build_args=args)
+    tracker = steps.StepTracker()
+    subject = job.request.result_name.rsplit("-", 1)[0]
+    job.log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
+    started = time.monotonic()
+    clipped = False
+    try:
+        for chunk in job.engine.build_lines(spec):
+            for line in chunk.splitlines():
+                job.log.write(line + "\n")
+                if tracker.feed(line):
+                    job.step(steps.describe(tracker.current, subject=subject))
+                elif (count := tracker.count(line)) is not None:
+                    job.count(steps.describe(tracker.current, subject=subject), *count)
+                elif steps.CLIPPED.search(line) and not clipped:
+                    clipped = True
+                    job.say(steps.CLIPPED_NOTE)
+    except BuildFailed as exc:
+        job.log.flush()
+        if tracker.failed is None:  # no step failed: buildx itself was stopped
+            raise BuildStopped(
+                job.target, steps.describe(tracker.current, subject=subject), exc.return_code
+            ) from exc
+        title, tail = tracker.failure_report()
+        raise BuildStepFailed(job.target, title, tail) from exc
+    # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
+    job.log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")
+
+
+def write_context(request: RenderRequest, context: Path) -> dict[str, str]:
+    """The recipe's context directory plus the rendered Dockerfile; the options it builds with."""
+    if request.recipe.context.is_dir():
+        shutil.copytree(request.recipe.context, context, symlinks=True)
+    else:
+        context.mkdir()
+    if request.package is not None and request.package.local is not None:
+        ignore = shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".venv"
+        )
+        shutil.copytree(request.package.local, context / "src", symlinks=True, ignore=ignore)
+    if request.toolchain is not None:
+        accel.prepare_context(context)
+    return write_dockerfile(request, context)
+
+
+def write_dockerfile(request: RenderRequest, context: Path) -> dict[str, str]:
+    """The request's Dockerfile rendered into ``context``; the options it builds with."""
+    rendered = render_dockerfile(request, paths.template_dirs())
+    (context / "Dockerfile").write_text(rendered.text)
+    return rendered.options
