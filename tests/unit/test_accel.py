@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from dockerarch import accel
-from dockerarch.errors import ConfigError
+from dockerarch.accel import aptquery
+from dockerarch.errors import ConfigError, UsageError
 from dockerarch.recipes import load_recipes
 from dockerarch.targets import load_targets
 
@@ -170,10 +171,10 @@ def test_the_hosts_apt_answers_are_kept_until_its_lists_change(
     lists = tmp_path / "lists"
     lists.mkdir()
     (lists / "deb.example.invalid_dists_bookworm_main_binary-amd64_Packages").write_text("x")
-    monkeypatch.setattr(accel, "HOST_APT_STATE", (lists, tmp_path / "sources.list"))
+    monkeypatch.setattr(aptquery, "HOST_APT_STATE", (lists, tmp_path / "sources.list"))
     monkeypatch.setattr(base, "STATE_DIR", tmp_path / "state")
     (tmp_path / "state").mkdir()
-    monkeypatch.setattr(accel.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(aptquery.shutil, "which", lambda name: f"/usr/bin/{name}")
     runs: list[str] = []
 
     def run(argv: list[str], **_: object) -> types.SimpleNamespace:
@@ -183,10 +184,10 @@ def test_the_hosts_apt_answers_are_kept_until_its_lists_change(
     monkeypatch.setattr(process, "run", run)
 
     def new_run() -> dict[str, bool]:  # what a new dockerarch process starts from
-        monkeypatch.setattr(accel, "_HOST_APT", {})
-        accel._host_suites.cache_clear()
-        accel._host_apt_memo.cache_clear()
-        return accel.host_apt_has_all(["gcc-12-aarch64-linux-gnu", "python3"], "bookworm")
+        monkeypatch.setattr(aptquery, "_HOST_APT", {})
+        aptquery._host_suites.cache_clear()
+        aptquery._host_apt_memo.cache_clear()
+        return aptquery.host_apt_has_all(["gcc-12-aarch64-linux-gnu", "python3"], "bookworm")
 
     try:
         assert new_run() == {"gcc-12-aarch64-linux-gnu": True, "python3": False}
@@ -199,8 +200,8 @@ def test_the_hosts_apt_answers_are_kept_until_its_lists_change(
         assert new_run()["gcc-12-aarch64-linux-gnu"] is True
         assert runs == ["policy", "madison"] * 2  # the sources changed: asked again
     finally:
-        accel._host_suites.cache_clear()
-        accel._host_apt_memo.cache_clear()
+        aptquery._host_suites.cache_clear()
+        aptquery._host_apt_memo.cache_clear()
 
 
 def test_the_toolchain_log_is_counted() -> None:
@@ -254,7 +255,7 @@ def test_native_drivers_follow_the_recipe_and_the_mode() -> None:
 
 
 def test_unknown_mode_is_a_usage_error() -> None:
-    with pytest.raises(accel.UsageError, match="--accel fast is not a mode"):
+    with pytest.raises(UsageError, match="--accel fast is not a mode"):
         accel.check_mode("fast")
 
 
