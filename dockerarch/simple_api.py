@@ -4,6 +4,11 @@ for the whole package: what upload compares against and what a wheel set resolve
 A project's page lists its files with their hashes (the URL's ``#sha256=`` fragment, or the JSON
 ``hashes``), ``requires-python`` (PEP 503's ``data-requires-python``), whether a file is yanked
 (PEP 592) and whether its core metadata is served beside it (PEP 658/714: ``FILE.metadata``).
+
+Written here rather than taken from pypi-simple: this very file is copied into build contexts
+(accel.prepare_context) and read by data/toolchain/fetch-sdist inside the build stage, whose
+emulated Python has the standard library and nothing else; one reader for the host and the build
+means one way of reading a page. It uses the standard library only, for that reason.
 """
 
 from __future__ import annotations
