@@ -59,6 +59,7 @@ class Resolved:
     runtime: bool = True  # installed on the board (False: only some build needs it)
     test: bool = False  # installed for the user's tests (--test-requires), not on the board
     learn: bool = False  # an sdist whose run-time requirements its built wheel tells (learned)
+    extras: set[str] = field(default_factory=set)  # what any requirement asked of it (old[fast])
 
     @property
     def key(self) -> str:
@@ -170,9 +171,10 @@ def complete_requires(found: dict[str, Resolved], node: Resolved, lines: Sequenc
     new nodes. A requirement the set's versions do not meet is an error whose fix is a new run,
     which resolves knowing it from the start (Indexes.learn keeps it)."""
     node.learn = False
-    # the extras the requirements ask of it (dyn[fast]), as the resolver gives them to any other
+    # the extras the requirements or another member ask of it (dyn[fast]), as the resolver gives
+    # them to any other
     asked = {e for w in wants.requirements if w.name == node.candidate.name
-             for e in w.requirement.extras}  # fmt: skip
+             for e in w.requirement.extras} | node.extras  # fmt: skip
     extras = {"", *asked}
     roots = []
     for line in lines:
@@ -232,6 +234,8 @@ def _add(found: dict[str, Resolved], chosen: Mapping[str, Candidate], provider: 
             other = by_name.get(canonicalize_name(dependency.requirement.name))
             if other is not None:
                 node.requires.add(other.key)
+    for candidate in by_name.values():  # old[fast]: the extras, kept for a learned node
+        found[candidate.key].extras |= provider.extras_chosen.get(candidate.name, set())
     for node in list(found.values()):
         for key in node.requires:
             if key in found:

@@ -112,6 +112,7 @@ class Provider(AbstractProvider):  # type: ignore[type-arg]
         self.python = Version(target.markers["python_full_version"])
         self.requires_python: dict[str, str] = {}  # candidate key -> its metadata's Requires-Python
         self.python_refused: dict[str, str] = {}  # keys whose Requires-Python excludes the board
+        self.extras_chosen: dict[str, set[str]] = {}  # name -> the extras a resolution asked of it
 
     # resolvelib's interface
     def identify(self, requirement_or_candidate: Asked | Candidate) -> str:
@@ -335,4 +336,7 @@ def resolve_roots(provider: Provider, roots: list[Asked]) -> dict[str, Candidate
         ) from exc
     except DockerarchError:
         raise
+    for cand in result.mapping.values():  # old[fast]: what was asked of it, for its node
+        if cand.extras:
+            provider.extras_chosen.setdefault(cand.name, set()).update(cand.extras)
     return {ident: cand for ident, cand in result.mapping.items() if not cand.extras}

@@ -726,6 +726,27 @@ def test_the_extras_asked_of_a_learned_package_are_in_what_it_needs(
     assert found["old==1.0"].requires == {"six==1.17.0", "numpy==2.0.0"}
 
 
+def test_the_extras_another_member_asks_of_a_learned_package_are_in_what_it_needs(
+    index: FakeIndex, tmp_path: Path
+) -> None:
+    """app's wheel needs old[fast]; old says what it needs only once built: what its wheel
+    says under 'fast' joins the set too, as it would for old[fast] in the requirements."""
+    old = sdist_bytes("old", "", "Metadata-Version: 1.1\nName: old\nVersion: 1.0\n")
+    index.files["old"] = {"old-1.0.tar.gz": old}
+    index.files["app"] = {"app-1.0-py3-none-any.whl": b"app"}
+    index.metadata["app-1.0-py3-none-any.whl"] = (
+        META.format(name="app", version="1.0") + "Requires-Dist: old[fast]\n"
+    )
+    wants = pyreqs.Wants(index_url="http://127.0.0.1:9/simple/",
+                         requirements=[pyreqs.parse_line("app", "test")])  # fmt: skip
+    indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
+    found = closure.resolve(wants, ARMV7, indexes, learn=True)
+    assert found["old==1.0"].learn and found["old==1.0"].extras == {"fast"}
+    said = ["six", "numpy>=1.26; extra == 'fast'"]
+    closure.complete_requires(found, found["old==1.0"], said, ARMV7, indexes, wants=wants)
+    assert found["old==1.0"].requires == {"six==1.17.0", "numpy==2.0.0"}
+
+
 def test_a_wheel_that_needs_what_the_set_did_not_choose_asks_for_a_new_run(
     index: FakeIndex, tmp_path: Path
 ) -> None:
