@@ -68,6 +68,10 @@ def _host_is_set_up() -> Iterator[None]:
             "No Docker daemon answers: run scripts/setup-host (make test does) before the "
             f"integration tests.\n{answer.stderr}"
         )
+    # a run killed mid-test leaves the stand-in node registered (and its dockerd running): every
+    # aarch64 build of this run would go to it. Nothing else registers a node of that name.
+    subprocess.run([sys.executable, "-m", "dockerarch", "builder", "rm", "testnode"],
+                   capture_output=True, timeout=60, check=False)  # fmt: skip
     before = _dangling_images()
     yield
     left = sorted(_dangling_images() - before)
