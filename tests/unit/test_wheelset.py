@@ -22,7 +22,7 @@ from dockerarch.files import sha256_file
 from dockerarch.pyenv import python_target
 from dockerarch.render import plan
 from dockerarch.sets import check, closure, contexts, model, output, resolver, reuse, schedule
-from dockerarch.sets import planning as sets_resolve
+from dockerarch.sets import planning as sets_planning
 from dockerarch.sets import wanted as sets_wanted
 from dockerarch.sets.errors import ResolutionError
 from dockerarch.sets.indexes import Indexes
@@ -596,7 +596,7 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
     indexes = Indexes(wants, tmp_path, session=index)  # type: ignore[arg-type]
     request = plan("wheel", arch="armv7", target=None, version=None, package="cpkg", settings={})[0]
     with pytest.raises(UsageError) as err:
-        sets_resolve.plan(
+        sets_planning.plan(
             request,
             wants,
             indexes,
@@ -605,7 +605,7 @@ def test_no_deps_names_what_would_have_to_be_built(index: FakeIndex, tmp_path: P
             say=lambda _l: None,
         )
     assert "numpy==2.0.0 (needed by cpkg==1.0)" in err.value.problem
-    made = sets_resolve.plan(
+    made = sets_planning.plan(
         request, wants, indexes, build_names=frozenset(), no_deps=False, say=lambda _l: None
     )
     assert made.order[-1] == "cpkg==1.0"  # after numpy (it builds against it) and six
