@@ -182,3 +182,25 @@ def check(remote: RemoteCache, say: Callable[[str], None]) -> RemoteCache | None
             f"{answer.reason}: compiling with this machine's cache only")  # fmt: skip
         return None
     return remote
+
+
+def reader_may_write(remote: RemoteCache) -> bool | None:
+    """Whether the server lets the reader's credential write (a PUT of a key no compile has
+    answered 2xx: it is removed again with the writer's); None when there is no reader's
+    credential to try or the server does not answer. A server that does is open to poisoning by
+    any build given the reader's credential: doctor says so."""
+    if remote.reader is None or not remote.password:
+        return None
+    session = requests.Session()
+    session.trust_env = False
+    url = remote.config.url + PROBE + "-reader"
+    try:
+        answer = session.put(url, data=b"", auth=remote.reader, timeout=TIMEOUT)
+        if answer.status_code in (401, 403, 405):
+            return False
+        if answer.ok:
+            session.delete(url, auth=remote.auth, timeout=TIMEOUT)
+            return True
+    except requests.RequestException:
+        return None
+    return None

@@ -229,11 +229,20 @@ def check_compiler_cache(config: RegistryConfig, state_dir: Path) -> CheckResult
         fix = (f"Start the local one with {SETUP}, or fix compiler_cache.url in {where}."
                if cache.loopback else f"Check that the server at {cache.url} is up.")  # fmt: skip
         return _failed(name, said[0].removeprefix("compiler cache: "), fix)
+    if compilercache.reader_may_write(remote):
+        return _failed(
+            name,
+            f"{cache.url} lets the reader's credential write: any build given it (every fetched "
+            "sdist's) could put objects of its choosing in the team's cache",
+            "Refuse the reader every method but GET and HEAD on the server (nginx: limit_except "
+            f"GET with the writers' htpasswd alone, as {SETUP} writes it).",
+        )
     mode = "read-only" if cache.read_only else "read-write"
     if not cache.read_only:
         mode += (f" for your own trees, {'and' if cache.writes == 'all' else 'read-only for'} "
                  "fetched code" + ("" if remote.reader or cache.writes == "all" or not remote.password
-                                   else " (no reader's credential here: fetched code builds without it)"))  # fmt: skip
+                                   else " (no reader's credential here: fetched code builds without it)")
+                 + (" (the server refuses the reader writes)" if remote.reader else ""))  # fmt: skip
     return _passed(name, f"{cache.url} answers and takes this machine's credentials "
                    f"({remote.source}); {mode}{_store_size(state_dir) if cache.loopback else ''}")  # fmt: skip
 

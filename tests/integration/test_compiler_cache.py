@@ -169,9 +169,9 @@ def _auth(path: Path) -> tuple[str, str]:
     return user, password
 
 
-def test_the_server_refuses_the_reader_every_write() -> None:
+def test_the_server_refuses_the_reader_every_write(tmp_path: Path) -> None:
     """setup-host's server: the reader's credential reads; PUT and DELETE need the writer's (the
-    server itself refuses them, whatever a client's read-only attribute says)."""
+    server itself refuses them, whatever a client's read-only attribute says); doctor checks it."""
     session = requests.Session()
     session.trust_env = False
     url = f"http://127.0.0.1:3142/ccache/0000000000000000/reader-probe-{random.randrange(1 << 30)}"
@@ -181,6 +181,11 @@ def test_the_server_refuses_the_reader_every_write() -> None:
     assert session.get(url, auth=_auth(READER), timeout=5).content == b"x"
     assert session.delete(url, auth=_auth(READER), timeout=5).status_code == 401
     assert session.delete(url, auth=_auth(WRITER), timeout=5).status_code == 204
+    doctor = dockerarch(
+        "doctor", env=config(tmp_path, "http://127.0.0.1:3142/ccache/"), timeout=300
+    )
+    (line,) = [x for x in doctor.stdout.splitlines() if "compiler cache" in x]
+    assert line.split()[0] == "ok" and "(the server refuses the reader writes)" in line, line
 
 
 HOSTILE = "dockerarch-settest-hostile"

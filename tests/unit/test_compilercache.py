@@ -205,3 +205,37 @@ def test_credentials_never_cross_a_network_in_clear_text_unless_said(
     assert answer.asked == []  # refused before anything was sent
     said = CompilerCacheConfig(url=lan.url, insecure=True)
     assert compilercache.check(compilercache.RemoteCache(said, "team", "pw", "env"), pytest.fail)
+
+
+class Writes:
+    """A server stand-in answering PUT with ``status`` and recording PUT and DELETE."""
+
+    def __init__(self, status: int) -> None:
+        self.status, self.asked, self.trust_env = status, [], True  # type: int, list[tuple[str, Any]], bool
+
+    def put(self, url: str, **kwargs: Any) -> Any:
+        self.asked.append(("PUT", kwargs.get("auth")))
+        response = requests.Response()
+        response.status_code = self.status
+        return response
+
+    def delete(self, url: str, **kwargs: Any) -> Any:
+        self.asked.append(("DELETE", kwargs.get("auth")))
+        return requests.Response()
+
+
+@pytest.mark.parametrize(
+    ("status", "writes"), [(401, False), (403, False), (201, True), (204, True)]
+)
+def test_doctor_finds_a_server_that_lets_the_reader_write(
+    status: int, writes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's own server configured without the split: the reader's PUT is taken, so any
+    fetched sdist's build could poison the cache. The probe object goes again, with the writer's."""
+    server = Writes(status)
+    monkeypatch.setattr(compilercache.requests, "Session", lambda: server)
+    remote = compilercache.RemoteCache(LOCAL, "dockerarch", "w", "env", ("reader", "r"))
+    assert compilercache.reader_may_write(remote) is writes
+    assert server.asked[0] == ("PUT", ("reader", "r")) and server.trust_env is False
+    assert server.asked[1:] == ([("DELETE", ("dockerarch", "w"))] if writes else [])
+    assert compilercache.reader_may_write(compilercache.RemoteCache(LOCAL, "d", "w", "env")) is None
