@@ -70,13 +70,17 @@ class RemoteCache:
     def auth(self) -> tuple[str, str] | None:
         return (self.username or "", self.password) if self.password else None
 
+    def writes(self, *, own_code: bool) -> bool:
+        """Whether a build of this code writes the shared cache (gets the writer's credential)."""
+        return not self.config.read_only and (own_code or self.config.writes == "all")
+
     def storage(self, *, own_code: bool) -> str | None:
         """ccache's remote_storage for one build's secret: URL (credentials in it, as ccache
         takes them) and attributes; dockerarch-cc puts the toolchain's digest after the URL's
         path. The writer's credential for the user's own code (or every build with ``writes:
         all``); for anything else the reader's, read-only; None when this machine has no
         credential that build may be given (it compiles with the local cache alone)."""
-        writes = not self.config.read_only and (own_code or self.config.writes == "all")
+        writes = self.writes(own_code=own_code)
         if writes or self.config.read_only or self.password is None:
             # a read-only machine's one credential is a reader's; an anonymous server has none
             user, password = self.username, self.password

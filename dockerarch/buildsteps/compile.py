@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dockerarch import (
     accel,
@@ -17,13 +16,10 @@ from dockerarch import (
     libneeds,
 )
 from dockerarch import farm as farm_module
+from dockerarch.buildsteps.state import JobState, stream, write_context, write_dockerfile
 from dockerarch.engine import BuildSpec
 from dockerarch.errors import EngineError
 from dockerarch.files import context_name, linked_view
-
-if TYPE_CHECKING:
-    pass
-from dockerarch.buildsteps.state import JobState, stream, write_context, write_dockerfile
 
 
 def prepare_context(job: JobState) -> None:
@@ -52,7 +48,11 @@ def prepare_context(job: JobState) -> None:
                     "credential here (DOCKERARCH_CACHE_READER_USERNAME/PASSWORD): this build "
                     "compiles with this machine's cache only")  # fmt: skip
             return
-        if not job.request.own_code and not remote.config.read_only and "|read-only" in storage:
+        if (
+            not job.request.own_code
+            and not remote.config.read_only
+            and not remote.writes(own_code=False)
+        ):
             job.say("compiler cache: read only for this build (not your own code: it never "
                     "gets the writer's credential)")  # fmt: skip
         # the server's URL with its credentials: only ever this file (0600), a build secret

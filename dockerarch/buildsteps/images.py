@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from dockerarch import (
     accel,
     machineimages,
 )
-from dockerarch.engine import BuildSpec
-
-if TYPE_CHECKING:
-    pass
 from dockerarch.buildsteps.state import JobState, stream
+from dockerarch.engine import BuildSpec
 
 _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image at a time
 

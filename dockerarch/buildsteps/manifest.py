@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
 from dockerarch import (
     __version__,
 )
-
-if TYPE_CHECKING:
-    pass
 from dockerarch.buildsteps.state import JobState
 
 

@@ -13,20 +13,16 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dockerarch import (
     artifacts,
     libneeds,
 )
 from dockerarch.artifacts import VerificationError
+from dockerarch.buildsteps.state import JobState, SmokeFailed, stream
 from dockerarch.engine import BuildSpec
 from dockerarch.files import context_name
 from dockerarch.render import RenderRequest
-
-if TYPE_CHECKING:
-    pass
-from dockerarch.buildsteps.state import JobState, SmokeFailed, stream
 
 
 def image_tag(request: RenderRequest, target: str) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from dockerarch import (
     accel,
@@ -28,9 +28,6 @@ from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError
 from dockerarch.files import context_name
 from dockerarch.render import RenderRequest, render_dockerfile
-
-if TYPE_CHECKING:
-    pass
 
 
 class Engine(Protocol):

@@ -107,18 +107,17 @@ def sets_of(requests: list[RenderRequest], wanted: SetRequest, out: Path) -> lis
     found = [(r.target, out / r.target.name / SETS / wanted.set_name) for r in requests]
     wants = wanted.wants
 
-    def asked(lines: object) -> list[str]:  # "REQ (FILE:LINE)": where it stood may move
-        return sorted(str(line).rsplit(" (", 1)[0] for line in lines or [])  # type: ignore[attr-defined]
-
-    now = {"requirements": asked(f"{w.requirement} ()" for w in wants.requirements),
-           "constraints": asked(f"{w.requirement} ()" for w in wants.constraints),
-           "build_constraints": asked(f"{w.requirement} ()" for w in wants.build_constraints)}  # fmt: skip
+    now = {key: sorted(str(w.requirement) for w in lines) for key, lines in (
+        ("requirements", wants.requirements), ("constraints", wants.constraints),
+        ("build_constraints", wants.build_constraints))}  # fmt: skip
     for target, directory in found:
         try:
             manifest = json.loads((directory / "manifest.json").read_text())
         except (OSError, ValueError):
             continue  # no set there: said by whoever reads its wheels
-        then = {key: asked(manifest.get(key)) for key in now}
+        # the manifest writes "REQUIREMENT (FILE:LINE)": where a line stood may move
+        then = {key: sorted(str(line).rsplit(" (", 1)[0] for line in manifest.get(key) or [])
+                for key in now}  # fmt: skip
         if then != now:
             changed = sorted(
                 {f"+{x}" for k in now for x in now[k] if x not in then[k]}
