@@ -85,7 +85,22 @@ class _Anchors(html.parser.HTMLParser):
 
 
 def parse_project_page(body: bytes, content_type: str, base_url: str) -> list[IndexFile]:
-    """A project's simple page, JSON (PEP 691) or HTML (PEP 503), as its files."""
+    """A project's simple page, JSON (PEP 691) or HTML (PEP 503), as its files: only those
+    whose name is one plain file name and whose URL is of the page's own kind (a page on the web
+    links web files; only a file:// index links files on this machine)."""
+    return [f for f in _page_files(body, content_type, base_url) if _acceptable(f, base_url)]
+
+
+def _acceptable(file: IndexFile, base_url: str) -> bool:
+    web = ("http", "https")
+    base, scheme = urllib.parse.urlsplit(base_url).scheme, urllib.parse.urlsplit(file.url).scheme
+    same_kind = scheme in web if base in web else scheme == base
+    name = file.filename
+    plain = bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+    return same_kind and plain
+
+
+def _page_files(body: bytes, content_type: str, base_url: str) -> list[IndexFile]:
     files: list[IndexFile] = []
     if content_type.split(";")[0].strip() == SIMPLE_JSON:
         for entry in json.loads(body).get("files", []):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This machine's pip configuration is not an input of these tests (a set resolves from
+    pip's configured indexes as pip would): every test and every dockerarch it runs sees none,
+    and the tests of reading it write their own (PIP_CONFIG_FILE)."""
+    os.environ["PIP_CONFIG_FILE"] = os.devnull
+    for variable in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        os.environ.pop(variable, None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -25,8 +25,9 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from dockerarch import localtree, simple_api
+from dockerarch import localtree, pipconfig, simple_api
 from dockerarch.files import sha256_file, write_atomic
+from dockerarch.pipconfig import PipConfig
 from dockerarch.pyenv import PythonTarget
 from dockerarch.pyreqs import Wants
 from dockerarch.sets.errors import ResolutionError
@@ -59,20 +60,52 @@ class Indexes:
     """Project pages and files from the indexes of a set, downloads kept in ``cache`` by
     sha256 (checked against the index's hash, and the requirement's when it has one)."""
 
-    def __init__(self, wants: Wants, cache: Path, session: requests.Session | None = None) -> None:
-        # uv's order: the extra indexes before the default, so that a private name on an extra
-        # index is never taken from the public default (dependency confusion)
-        self.urls = [*wants.extra_index_urls, wants.index_url or default_index()]
+    def __init__(self, wants: Wants, cache: Path, session: requests.Session | None = None,
+                 pip: PipConfig | None = None) -> None:  # fmt: skip
+        # The indexes given to dockerarch (--extra-index-url, a requirements file's) are asked
+        # first, in order, and a name is taken from the first that has it (uv's first-index rule):
+        # a private name there is never taken from a public index (dependency confusion). Then
+        # pip's own configuration, read as pip reads it (pip.conf, PIP_*), and the default index:
+        # pip merges those, so a set resolves from them as this machine's pip would.
+        self.pip = pipconfig.read() if pip is None else pip
+        self.first = list(wants.extra_index_urls)
+        merged = [u for u in self.pip.extra_index_urls if u not in self.first]
+        if wants.index_url or not self.pip.no_index:
+            merged.append(wants.index_url or self.pip.index_url or default_index())
+        self.merged = merged
         self.cache = cache
         self.session = session or retrying_session()
         self._pages: dict[str, tuple[str, list[IndexFile]]] = {}
         self.directories = wants.directories
-        self.find_links = wants.find_links
+        self.find_links = [*wants.find_links, *(d for d in _pip_find_links(self.pip)
+                                                 if d not in wants.find_links)]  # fmt: skip
         self._linked: dict[str, list[IndexFile]] | None = None
 
+    @property
+    def urls(self) -> list[str]:
+        """Every index asked, in order (credentials removed)."""
+        return [simple_api.redacted(u) for u in (*self.first, *self.merged)]
+
+    def described(self) -> str:
+        """Where names come from, for the progress: said once per set."""
+        first = [simple_api.redacted(u) for u in self.first]
+        merged = " + ".join(simple_api.redacted(u) for u in self.merged)
+        parts = ([", ".join(first) + " (asked first)"] if first else []) + (
+            [f"{merged} (merged, as pip merges them)"] if merged else [])  # fmt: skip
+        line = "indexes: " + ", then ".join(parts or ["none (find-links only)"])
+        if self.pip.files or self.pip.environment:
+            line += f"; pip's configuration: {self.pip.origin()}"
+        if self.pip.extra_index_urls:
+            line += (". A private name on an index in pip's configuration can be shadowed by a "
+                     "higher version on the default index: give that index as --extra-index-url "
+                     "to have it asked first")  # fmt: skip
+        return line
+
     def files(self, name: str) -> tuple[str, list[IndexFile]]:
-        """(index URL, files) of project ``name`` from the first index that has it; a project
-        given as a directory has its tree's sdist only (the indexes are not asked)."""
+        """(index URL, files) of project ``name`` from the first dockerarch-given index that has
+        it, else from pip's configured and default indexes together (a file name seen twice is
+        taken from the first); a project given as a directory has its tree's sdist only (the
+        indexes are not asked)."""
         if name not in self._pages and name in self.directories:
             tree = self.directories[name]
             _, sdist = localtree.pack(tree, self.cache)
@@ -81,22 +114,49 @@ class Indexes:
             self._pages[name] = (f"directory {tree}", [file])
         if name not in self._pages:
             found: tuple[str, list[IndexFile]] = ("", [])
-            for index in self.urls:
-                url = simple_api.project_url(index, name)
-                response = self._get(url, headers={"Accept": simple_api.ACCEPT})
-                if response.status_code == 404:
-                    continue
-                self._check(response, f"the page of {name}")
-                kind = response.headers.get("Content-Type", "")
-                page = simple_api.parse_project_page(response.content, kind, response.url)
-                found = (simple_api.redacted(index), page)
-                break
+            for index in self.first:
+                page = self._page(index, name)
+                if page is not None:
+                    found = (simple_api.redacted(index), page)
+                    break
+            else:
+                where, seen, files = [], set[str](), []
+                for index in self.merged:
+                    page = self._page(index, name)
+                    if page is not None:
+                        where.append(simple_api.redacted(index))
+                        files += [f for f in page if f.filename not in seen]
+                        seen |= {f.filename for f in page}
+                found = (" + ".join(where), files)
             linked = self.linked().get(name, [])
             if linked:  # pip's --find-links: its files beside the index's
-                where = ", ".join(str(d) for d in self.find_links)
-                found = (f"{where} and {found[0]}" if found[0] else where, [*linked, *found[1]])
+                where_linked = ", ".join(str(d) for d in self.find_links)
+                found = (f"{where_linked} and {found[0]}" if found[0] else where_linked,
+                         [*linked, *found[1]])  # fmt: skip
             self._pages[name] = found
         return self._pages[name]
+
+    def _page(self, index: str, name: str) -> list[IndexFile] | None:
+        """The files on ``index``'s page of ``name``, None where the index has no such project.
+        A file:// index is a directory of PEP 503 pages (NAME/index.html), as pip reads it."""
+        url = simple_api.project_url(index, name)
+        if url.startswith("file:"):
+            page = Path(url2pathname(urlparse(url).path)) / "index.html"
+            try:
+                body = page.read_bytes()
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise ResolutionError(f"The package index page {page} cannot be read: {exc}",
+                                      fix="Check the index directory (pip's configuration or "
+                                      "--extra-index-url).") from exc  # fmt: skip
+            return simple_api.parse_project_page(body, "text/html", url)
+        response = self._get(url, headers={"Accept": simple_api.ACCEPT})
+        if response.status_code == 404:
+            return None
+        self._check(response, f"the page of {name}")
+        kind = response.headers.get("Content-Type", "")
+        return simple_api.parse_project_page(response.content, kind, response.url)
 
     def linked(self) -> dict[str, list[IndexFile]]:
         """{canonical name: files} of the --find-links directories' wheels and sdists (read
@@ -237,6 +297,20 @@ def retrying_session() -> requests.Session:
     for prefix in ("http://", "https://"):
         session.mount(prefix, HTTPAdapter(max_retries=retry))
     return session
+
+
+def _pip_find_links(pip: PipConfig) -> list[Path]:
+    """pip's configured find-links that are directories here (pip reads web pages too; a set
+    takes only directories, and a configured one that is not there is passed over, as pip
+    passes it over with a warning)."""
+    found = []
+    for value in pip.find_links:
+        if "://" in value and not value.startswith("file:"):
+            continue
+        path = Path(url2pathname(urlparse(value).path)) if value.startswith("file:") else Path(value)
+        if path.expanduser().is_dir():
+            found.append(path.expanduser().resolve())
+    return found
 
 
 def _file_project(filename: str) -> str | None:

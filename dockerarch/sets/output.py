@@ -84,11 +84,8 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "constraints": [f"{w.requirement} ({w.where})" for w in wants.constraints],
         "build_constraints": [f"{w.requirement} ({w.where})" for w in wants.build_constraints],
         "no_binary": sorted(wants.no_binary),
-        "indexes": [
-            simple_api.redacted(u)
-            for u in (*wants.extra_index_urls, wants.index_url or "pip's default")
-        ],
-        "find_links": [str(d) for d in wants.find_links],
+        "indexes": made.indexes.urls,  # asked in this order (see Indexes.described)
+        "find_links": [str(d) for d in made.indexes.find_links],
         "build_order": made.order,
         "distributions": entries,
         "needs_apt": made.needs_apt,

@@ -46,8 +46,10 @@ def make_sets(
     build_names, no_deps = wanted.build_names, wanted.no_deps
     made = []
     indexes = Indexes(wants, options.out / DOWNLOADS)
-    for request in requests:
+    for number, request in enumerate(requests):
         say = _sayer(progress, request.target.name)
+        if number == 0:
+            say(indexes.described())
         made.append(plan(request, wants, indexes, build_names=build_names, no_deps=no_deps,
                          say=say, tests=wanted.tests))  # fmt: skip
 

@@ -64,8 +64,14 @@ def build_set(
 def built(
     index: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    # the indexes as a machine's pip has them: in its configuration, not on the command line
     out = tmp_path_factory.mktemp("settest-out")
-    done = build_set(index, out, f"# the board's environment\n{B}\n")
+    (out / "pip.conf").write_text(f"[global]\nindex-url = {index}\n"
+                                  f"[install]\nextra-index-url = {default_index()}\n")  # fmt: skip
+    (out / "requirements.txt").write_text(f"# the board's environment\n{B}\n")
+    done = dockerarch("build", "wheel", "-r", str(out / "requirements.txt"), "--arch", "armv7",
+                      "--out", str(out), "--progress", "plain", timeout=1800,
+                      env={"PIP_CONFIG_FILE": str(out / "pip.conf")})  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return out, done
 
@@ -95,6 +101,9 @@ def test_the_requirements_become_one_set_with_each_package_built_once_in_order(
     out, done = built
     assert done.stdout.strip().splitlines()[-1] == str(set_dir(out))
     manifest = json.loads((set_dir(out) / "manifest.json").read_text())
+    # resolved where this machine's pip would: the index pip's configuration names
+    assert manifest["indexes"] == [default_index(), index], manifest["indexes"]
+    assert f"pip's configuration: {out / 'pip.conf'}" in said(done)
     assert manifest["build_order"] == [f"{A}==1.0", f"{B}==1.0"]
     how = {d["name"]: (d["how"], d["runtime"]) for d in manifest["distributions"]}
     assert how[A] == ("built", True) and how[B] == ("built", True)
