@@ -59,6 +59,26 @@ def repository_name(name: str) -> str:
     return re.sub(r"[^a-z0-9_.-]", "-", name.lower())
 
 
+def userland_image(board: BoardTarget, *, recipe: str | None, image: str | None,
+                   version: str | None, package: str | None, out: Path) -> str:  # fmt: skip
+    """The image a root filesystem or card is made from: RECIPE's verified build result in
+    ``out`` for ``board``, or a local ``image`` of the board's platform."""
+    if recipe is not None:
+        from dockerarch.render import plan
+
+        requests = plan(recipe, arch=None, target=board.name, version=version, package=package,
+                        settings={})  # fmt: skip
+        return find_built(requests, out)[0].image_tag
+    assert image is not None
+    if engine.image_labels(image) is None:
+        raise UsageError(f"There is no local image {image}", fix="docker pull or build it first.")
+    platform = engine.image_platform(image)
+    if platform.split("/")[:2] != board.platform.split("/")[:2]:
+        raise UsageError(f"{image} is a {platform} image, not {board.platform} ({board.name})",
+                         fix="Give an image of the target's platform.")  # fmt: skip
+    return image
+
+
 def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
     """Each request's build result in ``out``, checked against the engine's images."""
     check_platforms(requests)

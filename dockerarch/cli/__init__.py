@@ -79,6 +79,7 @@ def _register() -> None:
         doctor,
         farm,
         generate,
+        img,
         nfs,
         prune,
         push,
@@ -99,6 +100,7 @@ def _register() -> None:
     app.command("upload")(upload.upload)
     app.command("export-rootfs")(rootfs.export_rootfs)
     app.command("chroot")(rootfs.chroot)
+    app.command("export-img")(img.export_img)
     app.add_typer(nfs.app, name="nfs")
     app.add_typer(builder.app, name="builder")
     app.add_typer(farm.app, name="farm")

@@ -81,24 +81,10 @@ def export_rootfs(
     if dest is not None:
         rootfs.check_replaceable(Path(os.path.abspath(dest)), force)
     engine.daemon_info()
-    if recipe is not None:
-        from dockerarch.publish import find_built
-        from dockerarch.render import plan
+    from dockerarch.publish import userland_image
 
-        requests = plan(recipe, arch=None, target=board.name, version=version, package=package,
-                        settings={})  # fmt: skip
-        ref = find_built(requests, out)[0].image_tag
-    else:
-        assert image is not None
-        if engine.image_labels(image) is None:
-            raise UsageError(
-                f"There is no local image {image}", fix="docker pull or build it first."
-            )
-        platform = engine.image_platform(image)
-        if platform.split("/")[:2] != board.platform.split("/")[:2]:
-            raise UsageError(f"{image} is a {platform} image, not {board.platform} ({board.name})",
-                             fix="Export an image of the target's platform.")  # fmt: skip
-        ref = image
+    ref = userland_image(board, recipe=recipe, image=image, version=version, package=package,
+                         out=out)  # fmt: skip
     if tarball is not None:
         done = rootfs.write_tarball(ref, tarball.absolute(), options, say=_say)
     else:

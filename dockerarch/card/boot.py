@@ -1,0 +1,158 @@
+"""A card's proof that it boots: the image itself as the SD card of an emulated board
+(qemu-system, TCG), through a qcow2 overlay so that the image's bytes never change, the kernel,
+device tree and initramfs read out of the card's own boot partition (QEMU does not run the Pi's
+GPU firmware, which would read them from there), the card's own cmdline.txt with QEMU's serial
+console. The serial console is then driven as a person would: log in, run commands, power off.
+
+Powering off does not end QEMU on the raspi machines ("System halted"): the kernel's last words
+are awaited, then QEMU is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockerarch.card.boards import Board, Qemu
+from dockerarch.errors import DockerarchError, UsageError
+
+Say = Callable[[str], None]
+PROMPT = "dockerarch-prompt# "
+HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
+
+
+class BootError(DockerarchError):
+    """The card did not boot, or did not do what it was asked on its console."""
+
+    exit_code = 13
+
+
+@dataclass
+class Booted:
+    seconds_to_login: float = 0.0
+    seconds_to_poweroff: float = 0.0
+    outputs: dict[str, str] = field(default_factory=dict)  # command -> what it printed
+    console: str = ""  # everything the serial console said
+
+
+def _mtools_offset(card: Path, manifest: dict[str, object]) -> str:
+    (boot,) = [p for p in manifest["partitions"] if p["number"] == 1]  # type: ignore[index,union-attr]
+    return f"{card}@@{int(boot['start_mib']) * 2**20}"  # type: ignore[index]
+
+
+def read_boot_file(card: Path, manifest: dict[str, object], name: str, dest: Path) -> Path:
+    """One file of the card's FAT boot partition, read with mtools (nothing mounted)."""
+    done = subprocess.run(["mcopy", "-n", "-i", _mtools_offset(card, manifest), f"::{name}", str(dest)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise BootError(f"The card's boot partition has no {name}: {done.stderr.strip()}")
+    return dest
+
+
+def boot_files(card: Path, manifest: dict[str, object], qemu: Qemu, board: Board,
+               work: Path) -> tuple[Path, Path, Path, str]:  # fmt: skip
+    """(kernel, device tree, initramfs, kernel command line) as the card's firmware would take
+    them: config.txt's kernel= and initramfs lines, cmdline.txt."""
+    config = read_boot_file(card, manifest, "config.txt", work / "config.txt").read_text()
+    kernel = re.search(r"^kernel=(\S+)", config, re.M)
+    initramfs = re.search(r"^initramfs (\S+)", config, re.M)
+    if not kernel or not initramfs:
+        raise BootError("The card's config.txt names no kernel= or initramfs")
+    cmdline = read_boot_file(card, manifest, "cmdline.txt", work / "cmdline.txt").read_text().strip()
+    cmdline = " ".join(w for w in cmdline.split() if not w.startswith("console="))
+    cmdline += f" console={qemu.console},115200"
+    return (read_boot_file(card, manifest, kernel.group(1), work / "kernel"),
+            read_boot_file(card, manifest, qemu.device_tree or board.device_tree, work / "board.dtb"),
+            read_boot_file(card, manifest, initramfs.group(1), work / "initrd"), cmdline)  # fmt: skip
+
+
+def overlay(card: Path, work: Path, size: int) -> Path:
+    """A qcow2 overlay of the card (the card's bytes untouched), ``size`` bytes: the SD card of
+    the raspi machines must be a power of two, and a card larger than the image shows the first
+    boot's growing."""
+    path = work / "sd.qcow2"
+    done = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(card),
+                           str(path), str(size)], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise BootError(f"qemu-img could not make the overlay: {done.stderr.strip()}")
+    return path
+
+
+def card_size(image_size: int) -> int:
+    """The emulated card: the next power of two at least twice the image."""
+    size = 1 << 30
+    while size < 2 * image_size:
+        size <<= 1
+    return size
+
+
+def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
+         commands: Sequence[str], work: Path, say: Say, timeout: float = 900) -> Booted:  # fmt: skip
+    """Boot ``card`` (its manifest beside it), log in on the serial console as ``user``, run
+    each command (its output kept), power off."""
+    import pexpect
+
+    manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
+    qemu = board.qemu.get(arch)
+    if qemu is None:
+        raise UsageError(f"No emulated machine is known for a {board.name} card of {arch}",
+                         fix="Add one under qemu: in the board's entry.")  # fmt: skip
+    if shutil.which(qemu.system) is None:
+        raise UsageError(f"{qemu.system} is not installed", fix="Run scripts/setup-host.")
+    kernel, dtb, initrd, cmdline = boot_files(card, manifest, qemu, board, work)
+    sd = overlay(card, work, card_size(card.stat().st_size))
+    argv = [qemu.system, "-M", qemu.machine, "-m", qemu.memory, "-kernel", str(kernel),
+            "-dtb", str(dtb), "-initrd", str(initrd), "-append", cmdline,
+            "-drive", f"if=sd,format=qcow2,file={sd}", "-display", "none", "-monitor", "none",
+            "-serial", "stdio", "-no-reboot"]  # fmt: skip
+    say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
+    log = (work / "console.log").open("w")
+    started = time.monotonic()
+    child = pexpect.spawn(argv[0], argv[1:], encoding="utf-8", codec_errors="replace",
+                          timeout=timeout, logfile_read=log)  # fmt: skip
+    booted = Booted()
+    try:
+        _expect(child, r"login: ", "the login prompt on the serial console")
+        booted.seconds_to_login = time.monotonic() - started
+        say(f"login prompt after {booted.seconds_to_login:.0f} s")
+        child.sendline(user)
+        _expect(child, r"Password: ", "the password prompt")
+        child.sendline(password)
+        _expect(child, r"\$ ", "a shell after logging in")
+        child.sendline(f"PS1='{PROMPT}'")
+        _expect(child, re.escape(PROMPT), "the shell's new prompt")
+        for command in commands:
+            child.sendline(f"{command}; echo dockerarch-status=$?")
+            _expect(child, r"dockerarch-status=(\d+)\r?\n", f"the end of `{command}`")
+            text = (child.before or "").split("\n", 1)[-1].replace("\r", "")
+            booted.outputs[command] = text.strip()
+            if child.match.group(1) != "0":
+                raise BootError(f"`{command}` failed on the booted card: {text.strip()[-800:]}")
+            _expect(child, re.escape(PROMPT), "the prompt")
+        child.sendline("sudo poweroff")
+        _expect(child, HALTED.pattern, "the kernel powering off")
+        booted.seconds_to_poweroff = time.monotonic() - started
+        say(f"powered off after {booted.seconds_to_poweroff:.0f} s")
+    finally:
+        child.terminate(force=True)
+        log.close()
+        booted.console = (work / "console.log").read_text(errors="replace")
+    return booted
+
+
+def _expect(child: object, pattern: str, what: str) -> None:
+    import pexpect
+
+    try:
+        child.expect(pattern)  # type: ignore[attr-defined]
+    except pexpect.TIMEOUT:
+        raise BootError(f"The card did not show {what} in time") from None
+    except pexpect.EOF:
+        raise BootError(f"QEMU ended before the card showed {what}") from None

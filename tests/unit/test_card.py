@@ -1,0 +1,112 @@
+"""export-img's pure parts: a card's ids from its inputs, its options checked before the engine
+is asked anything, the boards as data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dockerarch.card import boards, export, layout
+from dockerarch.errors import ConfigError, UsageError
+from dockerarch.targets import load_targets
+
+TARGETS = load_targets()
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBv3c8Z1mJpJ3T8d5l4QmKq9pQ2l0yE0Yx7Yv1b2c3d4 me@desk\n"
+
+
+def request(tmp_path: Path, **changes: object) -> export.CardRequest:
+    values: dict[str, object] = {
+        "board": boards.load_boards()["rpi3b"], "target": TARGETS["debian-aarch64"],
+        "image": "dockerarch/x:1", "out": tmp_path / "pi.img", "hostname": "pi-1", "user": "pi",
+        "ssh_keys": KEY,
+    }  # fmt: skip
+    values.update(changes)
+    return export.CardRequest(**values)  # type: ignore[arg-type]
+
+
+def test_the_same_inputs_give_the_same_ids_and_any_change_other_ones() -> None:
+    inputs = {"image_id": "sha256:" + "a" * 64, "hostname": "pi-1", "board": "rpi3b"}
+    first = layout.identities(layout.inputs_digest(inputs))
+    assert first == layout.identities(layout.inputs_digest(dict(reversed(list(inputs.items())))))
+    other = layout.identities(layout.inputs_digest({**inputs, "hostname": "pi-2"}))
+    assert other.disk_id != first.disk_id and other.root_uuid != first.root_uuid
+    assert len(first.disk_id) == 8 and int(first.disk_id, 16)
+    assert first.root_partuuid == f"{first.disk_id}-02" and len(first.salt) == 16
+    assert f"root=PARTUUID={first.disk_id}-02" in layout.cmdline(first, "ttyS1,115200")
+    assert layout.fstab(first).splitlines()[1].startswith(f"PARTUUID={first.disk_id}-01\t/boot/firmware\tvfat")
+
+
+@pytest.mark.parametrize(("text", "mib"), [("2G", 2048), ("1500M", 1500), ("3.5GiB", 3584), ("999", 996)])
+def test_sizes_are_binary_and_aligned(text: str, mib: int) -> None:
+    assert layout.parse_size(text) == mib
+
+
+@pytest.mark.parametrize("text", ["2T", "lots", "100M"])
+def test_a_size_that_is_not_one_or_too_small_is_a_user_error(text: str) -> None:
+    with pytest.raises(UsageError):
+        layout.parse_size(text)
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"hostname": "Pi_1"}, "not a valid host name"),
+    ({"user": "root"}, "not a user name a card can have"),
+    ({"compress": "gzip"}, "--compress gzip is not known"),
+    ({"target": TARGETS["pynq-zu"]}, "cannot be made with the pynq-zu userland"),
+])  # fmt: skip
+def test_options_are_checked_before_anything_is_made(tmp_path: Path, changes: dict[str, object],
+                                                      words: str) -> None:  # fmt: skip
+    with pytest.raises(UsageError) as raised:
+        request(tmp_path, **changes).check()
+    assert words in raised.value.problem
+
+
+def test_an_existing_output_is_refused_without_force(tmp_path: Path) -> None:
+    (tmp_path / "pi.img.bmap").write_text("old")
+    with pytest.raises(UsageError) as raised:
+        export.check_outputs(request(tmp_path))
+    assert "pi.img.bmap exists" in raised.value.problem and "--force" in (raised.value.fix or "")
+    export.check_outputs(request(tmp_path, force=True))
+    assert [p.name for p in request(tmp_path, compress="xz").outputs] == [
+        "pi.img.bmap", "pi.img.manifest.json", "pi.img.xz"]  # the image last
+
+
+def test_only_a_public_key_goes_on_a_card(tmp_path: Path) -> None:
+    public = tmp_path / "id.pub"
+    public.write_text("# mine\n" + KEY)
+    assert export.read_keys(public) == KEY
+    private = tmp_path / "id"
+    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n")
+    with pytest.raises(UsageError) as raised:
+        export.read_keys(private)
+    assert "is a private key" in raised.value.problem
+    private.write_text("hello\n")
+    with pytest.raises(UsageError):
+        export.read_keys(private)
+
+
+def test_a_password_hash_is_sha512_crypt_with_the_card_s_salt(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("correct horse\n")
+    hashed = export.hash_password(secret, "abcdefgh01234567")
+    assert hashed.startswith("$6$abcdefgh01234567$")
+    assert hashed == export.hash_password(secret, "abcdefgh01234567")
+    assert "correct horse" not in hashed
+
+
+def test_a_project_s_boards_file_changes_and_adds_boards(tmp_path: Path) -> None:
+    own = tmp_path / "boards.yaml"
+    own.write_text("boards:\n  rpi3b:\n    user: alice\n  mine:\n    description: my board\n"
+                   "    targets: [debian-aarch64]\n    boot: debian-raspi\n"
+                   "    kernel: {aarch64: linux-image-arm64}\n    device_tree: x.dtb\n"
+                   "    initramfs_modules: [ext4]\n    console: ttyAMA0,115200\n    user: me\n")  # fmt: skip
+    found = boards.load_boards(own)
+    assert found["rpi3b"].user == "alice" and found["rpi3b"].device_tree == "bcm2837-rpi-3-b.dtb"
+    assert found["mine"].kernel == {"aarch64": "linux-image-arm64"}
+    own.write_text("boards:\n  rpi3b:\n    bootloader: x\n")
+    with pytest.raises(ConfigError) as raised:
+        boards.load_boards(own)
+    assert "Unknown key 'boards.rpi3b.bootloader'" in raised.value.problem
+    with pytest.raises(UsageError) as unknown:
+        boards.find_board(boards.load_boards(), "rpi3")
+    assert "Did you mean 'rpi3b'?" in unknown.value.problem
