@@ -19,7 +19,7 @@ PROJECT_BOARDS = "boards.yaml"
 BOOT_KINDS = ("debian-raspi",)
 FIELDS = ("description", "targets", "boot", "kernel", "device_tree", "initramfs_modules",
           "console", "user", "qemu")  # fmt: skip
-QEMU_FIELDS = ("system", "machine", "memory", "console", "device_tree")
+QEMU_FIELDS = ("system", "machine", "memory", "console", "serial_port", "device_tree")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MODULE = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONSOLE = re.compile(r"^tty[A-Za-z]+[0-9]+(,[0-9]+)?$")
@@ -33,6 +33,7 @@ class Qemu:
     machine: str
     memory: str
     console: str
+    serial_port: int = 0  # which of the machine's UARTs the console is
     device_tree: str | None = None  # another device tree than the board's (raspi2b for armv7)
 
 
@@ -111,10 +112,17 @@ def _build(name: str, body: Mapping[str, Any], source: str) -> Board:
     if not _CONSOLE.match(str(body["console"])):
         raise ConfigError(f"{where}: console {body['console']!r} is not like ttyS1,115200")
     qemu = {}
-    for arch, raw in require_mapping(body.get("qemu") or {}, f"boards.{name}.qemu", Path(source)).items():
+    for arch, raw in require_mapping(
+        body.get("qemu") or {}, f"boards.{name}.qemu", Path(source)
+    ).items():
         entry = require_mapping(raw, f"boards.{name}.qemu.{arch}", Path(source))
         reject_unknown(entry, QEMU_FIELDS, f"boards.{name}.qemu.{arch}", Path(source))
-        qemu[str(arch)] = Qemu(**{k: str(v) for k, v in entry.items()})
+        qemu[str(arch)] = Qemu(
+            system=str(entry.get("system", "")), machine=str(entry.get("machine", "")),
+            memory=str(entry.get("memory", "1G")), console=str(entry.get("console", "")),
+            serial_port=int(entry.get("serial_port", 0)),
+            device_tree=str(entry["device_tree"]) if entry.get("device_tree") else None,
+        )  # fmt: skip
     return Board(
         name=name, description=str(body["description"]),
         targets=tuple(str(t) for t in body["targets"]), boot=str(body["boot"]),

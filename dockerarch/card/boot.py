@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dockerarch.card.boards import Board, Qemu
 from dockerarch.errors import DockerarchError, UsageError
 
 Say = Callable[[str], None]
-PROMPT = "dockerarch-prompt# "
+PROMPT = "dockerarch-prompt# "  # the shell's prompt while commands run
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the shell's terminal codes (bracketed paste)
 HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
 
 
@@ -41,12 +43,12 @@ class Booted:
     console: str = ""  # everything the serial console said
 
 
-def _mtools_offset(card: Path, manifest: dict[str, object]) -> str:
-    (boot,) = [p for p in manifest["partitions"] if p["number"] == 1]  # type: ignore[index,union-attr]
-    return f"{card}@@{int(boot['start_mib']) * 2**20}"  # type: ignore[index]
+def _mtools_offset(card: Path, manifest: dict[str, Any]) -> str:
+    (boot,) = [p for p in manifest["partitions"] if p["number"] == 1]
+    return f"{card}@@{int(boot['start_mib']) * 2**20}"
 
 
-def read_boot_file(card: Path, manifest: dict[str, object], name: str, dest: Path) -> Path:
+def read_boot_file(card: Path, manifest: dict[str, Any], name: str, dest: Path) -> Path:
     """One file of the card's FAT boot partition, read with mtools (nothing mounted)."""
     done = subprocess.run(["mcopy", "-n", "-i", _mtools_offset(card, manifest), f"::{name}", str(dest)],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
@@ -55,7 +57,7 @@ def read_boot_file(card: Path, manifest: dict[str, object], name: str, dest: Pat
     return dest
 
 
-def boot_files(card: Path, manifest: dict[str, object], qemu: Qemu, board: Board,
+def boot_files(card: Path, manifest: dict[str, Any], qemu: Qemu, board: Board,
                work: Path) -> tuple[Path, Path, Path, str]:  # fmt: skip
     """(kernel, device tree, initramfs, kernel command line) as the card's firmware would take
     them: config.txt's kernel= and initramfs lines, cmdline.txt."""
@@ -64,7 +66,9 @@ def boot_files(card: Path, manifest: dict[str, object], qemu: Qemu, board: Board
     initramfs = re.search(r"^initramfs (\S+)", config, re.M)
     if not kernel or not initramfs:
         raise BootError("The card's config.txt names no kernel= or initramfs")
-    cmdline = read_boot_file(card, manifest, "cmdline.txt", work / "cmdline.txt").read_text().strip()
+    cmdline = (
+        read_boot_file(card, manifest, "cmdline.txt", work / "cmdline.txt").read_text().strip()
+    )
     cmdline = " ".join(w for w in cmdline.split() if not w.startswith("console="))
     cmdline += f" console={qemu.console},115200"
     return (read_boot_file(card, manifest, kernel.group(1), work / "kernel"),
@@ -111,12 +115,13 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
     argv = [qemu.system, "-M", qemu.machine, "-m", qemu.memory, "-kernel", str(kernel),
             "-dtb", str(dtb), "-initrd", str(initrd), "-append", cmdline,
             "-drive", f"if=sd,format=qcow2,file={sd}", "-display", "none", "-monitor", "none",
-            "-serial", "stdio", "-no-reboot"]  # fmt: skip
+            *["-serial", "null"] * qemu.serial_port, "-serial", "stdio", "-no-reboot"]  # fmt: skip
     say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
-    log = (work / "console.log").open("w")
+    log = (work / "console.log").open("w", buffering=1)
     started = time.monotonic()
     child = pexpect.spawn(argv[0], argv[1:], encoding="utf-8", codec_errors="replace",
-                          timeout=timeout, logfile_read=log)  # fmt: skip
+                          timeout=timeout, dimensions=(50, 200))  # fmt: skip
+    child.logfile_read = log
     booted = Booted()
     try:
         _expect(child, r"login: ", "the login prompt on the serial console")
@@ -126,12 +131,12 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
         _expect(child, r"Password: ", "the password prompt")
         child.sendline(password)
         _expect(child, r"\$ ", "a shell after logging in")
-        child.sendline(f"PS1='{PROMPT}'")
+        child.sendline("PS1='dockerarch''-prompt# '")  # its echo is not the prompt
         _expect(child, re.escape(PROMPT), "the shell's new prompt")
         for command in commands:
             child.sendline(f"{command}; echo dockerarch-status=$?")
-            _expect(child, r"dockerarch-status=(\d+)\r?\n", f"the end of `{command}`")
-            text = (child.before or "").split("\n", 1)[-1].replace("\r", "")
+            _expect(child, r"dockerarch-status=(\d+)\r*\n", f"the end of `{command}`")
+            text = ESCAPES.sub("", (child.before or "").split("\n", 1)[-1].replace("\r", ""))
             booted.outputs[command] = text.strip()
             if child.match.group(1) != "0":
                 raise BootError(f"`{command}` failed on the booted card: {text.strip()[-800:]}")

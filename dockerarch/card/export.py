@@ -34,13 +34,15 @@ Say = Callable[[str], None]
 TOOLS_TARGET = "trixie-amd64"  # e2fsprogs 1.47.2: mke2fs -d clamps inode times
 TOOLS_PACKAGES = ("e2fsprogs", "mtools", "dosfstools", "fdisk", "bmaptool", "xz-utils", "zstd",
                   "dpkg")  # fmt: skip
-SYSTEM_PACKAGES = ("systemd-sysv", "udev", "kmod", "initramfs-tools", "zstd", "e2fsprogs", "fdisk",
-                   "openssh-server", "sudo", "iproute2")  # fmt: skip
+SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "initramfs-tools",
+                   "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2")  # fmt: skip
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
 CARD_FILES = ("system", "customise", "assemble", "firstboot", "dockerarch-firstboot.service")
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( .*)?$")
+_KEY = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( .*)?$"
+)
 _TOO_SMALL = re.compile(r"dockerarch-card: too-small (\d+)")
 
 
@@ -118,7 +120,9 @@ def read_keys(path: Path) -> str:
         raise UsageError(f"--ssh-key {path} is a private key",
                          fix="Give the public one (the .pub beside it): the card must never hold "
                          "your private key.")  # fmt: skip
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
+    ]
     bad = [line for line in lines if not _KEY.match(line)]
     if not lines or bad:
         raise UsageError(f"--ssh-key {path} holds {'no key' if not lines else 'a line that is not a public key'}",
@@ -259,12 +263,14 @@ def export(request: CardRequest, say: Say) -> Card:
         write_context(context, request, ids)
         (context / "Dockerfile").write_text(render(request, ids, epoch))
         log = work / "build.log"
-        say(f"{request.board.name} card from {request.image} ({request.target.name}): "
-            f"disk id {ids.disk_id}, root PARTUUID {ids.root_partuuid}")
+        say(
+            f"{request.board.name} card from {request.image} ({request.target.name}): "
+            f"disk id {ids.disk_id}, root PARTUUID {ids.root_partuuid}"
+        )
         _build(context, output, log, host_ca_bundle(), say)
         card = json.loads((output / "card.json").read_text())
         image = output / "card.img"
-        subprocess.run(["fallocate", "--dig-holes", str(image)], check=True, timeout=600)  # noqa: S603,S607
+        subprocess.run(["fallocate", "--dig-holes", str(image)], check=True, timeout=600)
         written = _compress(image, request.compress, say) if request.compress else image
         manifest = {
             "board": request.board.name, "target": request.target.name,
@@ -283,7 +289,7 @@ def export(request: CardRequest, say: Say) -> Card:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     content = sum(int(v) for v in card["content_kib"].values()) * 1024
-    return Card(path=final, bmap=bmap, manifest=manifest_path, size=int(manifest["image"]["size"]),  # type: ignore[index]
+    return Card(path=final, bmap=bmap, manifest=manifest_path, size=int(manifest["image"]["size"]),
                 content=content, seconds=time.monotonic() - started, data=manifest)  # fmt: skip
 
 
@@ -302,10 +308,14 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
                 match = stage_re.match(line)
                 if match and match.group(1) not in said:
                     said.add(match.group(1))
-                    say({"system": "the board's kernel, firmware and system (apt, emulated)",
-                         "card": "host name, user, key and first-boot service",
-                         "tools": "Debian's card tools (amd64)",
-                         "assemble": "partitions written into the image file"}[match.group(1)])
+                    say(
+                        {
+                            "system": "the board's kernel, firmware and system (apt, emulated)",
+                            "card": "host name, user, key and first-boot service",
+                            "tools": "Debian's card tools (amd64)",
+                            "assemble": "partitions written into the image file",
+                        }[match.group(1)]
+                    )
     except engine.BuildFailed as exc:
         joined = "".join(text[-400:])
         small = _TOO_SMALL.search(joined)
@@ -325,7 +335,7 @@ def _compress(image: Path, how: str, say: Say) -> Path:
     say(f"compressing with {how}")
     argv = (["zstd", "-q", "-T0", "-10", "--long=27", "-o", str(target), str(image)] if how == "zstd"
             else ["xz", "-q", "-k", "-T1", "-6", str(image)])  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)  # noqa: S603
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode != 0:
         raise CardError(f"{how} failed: {done.stderr.strip()[-500:]}",
                         fix=f"Check that {how} is installed (scripts/setup-host installs it).")  # fmt: skip

@@ -75,7 +75,7 @@ def parse_size(text: str) -> int:
     units = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024}
     value = text.strip().lower()
     number = value.rstrip("mgib")
-    unit = value[len(number):]
+    unit = value[len(number) :]
     try:
         mib = float(number) * units[unit]
     except (ValueError, KeyError):

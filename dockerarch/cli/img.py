@@ -16,38 +16,57 @@ def _say(line: str) -> None:
 def export_img(
     args: Annotated[
         list[str] | None,
-        typer.Argument(metavar="[RECIPE] OUT",
-                       help="The recipe whose verified result goes on the card (not with "
-                       "--image), then OUT, the image file to write (like pi.img)."),
+        typer.Argument(
+            metavar="[RECIPE] OUT",
+            help="The recipe whose verified result goes on the card (not with "
+            "--image), then OUT, the image file to write (like pi.img).",
+        ),
     ] = None,
-    board: Annotated[str, typer.Option("--board", "-b", help="The board the card is for (rpi3b).")] = "rpi3b",
+    board: Annotated[
+        str, typer.Option("--board", "-b", help="The board the card is for (rpi3b).")
+    ] = "rpi3b",
     image: Annotated[
-        str | None, typer.Option("--image", help="Put any local image of the target's platform on the card.")
+        str | None,
+        typer.Option("--image", help="Put any local image of the target's platform on the card."),
     ] = None,
-    target: Annotated[str | None, typer.Option("--target", "-t", help="The board target (userland).")] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="The board target (userland).")
+    ] = None,
     arch: Annotated[str | None, typer.Option("--arch", "-a", help="armv7 or aarch64.")] = None,
     version: Annotated[str | None, typer.Option("--version", "-V", help="Recipe version.")] = None,
     package: Annotated[
         str | None, typer.Option("--package", "-p", help="wheel recipe: what was built.")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path("dist"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
+        "dist"
+    ),
     hostname: Annotated[str, typer.Option("--hostname", help="The board's host name.")] = "board",
     user: Annotated[
         str | None, typer.Option("--user", help="The user who logs in (the board's usual one: pi).")
     ] = None,
     ssh_key: Annotated[
         Path | None,
-        typer.Option("--ssh-key", help="Public key(s) the user logs in with over ssh "
-                     "(default: ~/.ssh/id_ed25519.pub or id_rsa.pub)."),
+        typer.Option(
+            "--ssh-key",
+            help="Public key(s) the user logs in with over ssh "
+            "(default: ~/.ssh/id_ed25519.pub or id_rsa.pub).",
+        ),
     ] = None,
     password_file: Annotated[
         Path | None,
-        typer.Option("--password-file", help="Also let the user log in with the password on this "
-                     "file's first line (none by default: keys only)."),
+        typer.Option(
+            "--password-file",
+            help="Also let the user log in with the password on this "
+            "file's first line (none by default: keys only).",
+        ),
     ] = None,
     size: Annotated[
-        str | None, typer.Option("--size", help="The image's size, like 4G (default: its contents "
-                                 "and a margin; the first boot grows the root to the card).")
+        str | None,
+        typer.Option(
+            "--size",
+            help="The image's size, like 4G (default: its contents "
+            "and a margin; the first boot grows the root to the card).",
+        ),
     ] = None,
     compress: Annotated[
         str | None, typer.Option("--compress", help="xz or zstd: OUT.xz / OUT.zst instead of OUT.")
@@ -74,7 +93,9 @@ def export_img(
         target = the_board.targets[0]
     chosen = select_targets(targets, arch=arch, target=target)
     if len(chosen) != 1:
-        raise UsageError("export-img makes a card for one target", fix="Give one --target or --arch.")
+        raise UsageError(
+            "export-img makes a card for one target", fix="Give one --target or --arch."
+        )
     if arch is not None and target is None:  # --arch: the board's own target of that arch
         of_arch = [t for t in the_board.targets if targets[t].arch.name == chosen[0].arch.name]
         chosen = [targets[of_arch[0]]] if of_arch else chosen
@@ -101,7 +122,11 @@ def export_img(
     )  # fmt: skip
     card = export.export(request, say=_say)
     typer.echo(str(card.path))
-    _say(f"{card.size / 2**20:.0f} MiB card ({card.content / 2**20:.0f} MiB of files), "
-         f"{card.bmap.name} and {card.manifest.name} beside it; made in {card.seconds:.1f} s")
-    _say(f"write it to a card: bmaptool copy {card.path} /dev/sdX  (or: dd if={card.path} "
-         "of=/dev/sdX bs=4M conv=fsync)")
+    _say(
+        f"{card.size / 2**20:.0f} MiB card ({card.content / 2**20:.0f} MiB of files), "
+        f"{card.bmap.name} and {card.manifest.name} beside it; made in {card.seconds:.1f} s"
+    )
+    _say(
+        f"write it to a card: bmaptool copy {card.path} /dev/sdX  (or: dd if={card.path} "
+        "of=/dev/sdX bs=4M conv=fsync)"
+    )

@@ -307,7 +307,9 @@ def _pip_find_links(pip: PipConfig) -> list[Path]:
     for value in pip.find_links:
         if "://" in value and not value.startswith("file:"):
             continue
-        path = Path(url2pathname(urlparse(value).path)) if value.startswith("file:") else Path(value)
+        path = (
+            Path(url2pathname(urlparse(value).path)) if value.startswith("file:") else Path(value)
+        )
         if path.expanduser().is_dir():
             found.append(path.expanduser().resolve())
     return found

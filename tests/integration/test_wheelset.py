@@ -96,7 +96,8 @@ def set_dir(out: Path) -> Path:
 
 
 def test_the_requirements_become_one_set_with_each_package_built_once_in_order(
-    index: str, built: tuple[Path, subprocess.CompletedProcess[str]],
+    index: str,
+    built: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
     out, done = built
     assert done.stdout.strip().splitlines()[-1] == str(set_dir(out))

@@ -34,10 +34,16 @@ def test_the_same_inputs_give_the_same_ids_and_any_change_other_ones() -> None:
     assert len(first.disk_id) == 8 and int(first.disk_id, 16)
     assert first.root_partuuid == f"{first.disk_id}-02" and len(first.salt) == 16
     assert f"root=PARTUUID={first.disk_id}-02" in layout.cmdline(first, "ttyS1,115200")
-    assert layout.fstab(first).splitlines()[1].startswith(f"PARTUUID={first.disk_id}-01\t/boot/firmware\tvfat")
+    assert (
+        layout.fstab(first)
+        .splitlines()[1]
+        .startswith(f"PARTUUID={first.disk_id}-01\t/boot/firmware\tvfat")
+    )
 
 
-@pytest.mark.parametrize(("text", "mib"), [("2G", 2048), ("1500M", 1500), ("3.5GiB", 3584), ("999", 996)])
+@pytest.mark.parametrize(
+    ("text", "mib"), [("2G", 2048), ("1500M", 1500), ("3.5GiB", 3584), ("999", 996)]
+)
 def test_sizes_are_binary_and_aligned(text: str, mib: int) -> None:
     assert layout.parse_size(text) == mib
 
@@ -68,7 +74,10 @@ def test_an_existing_output_is_refused_without_force(tmp_path: Path) -> None:
     assert "pi.img.bmap exists" in raised.value.problem and "--force" in (raised.value.fix or "")
     export.check_outputs(request(tmp_path, force=True))
     assert [p.name for p in request(tmp_path, compress="xz").outputs] == [
-        "pi.img.bmap", "pi.img.manifest.json", "pi.img.xz"]  # the image last
+        "pi.img.bmap",
+        "pi.img.manifest.json",
+        "pi.img.xz",
+    ]  # the image last
 
 
 def test_only_a_public_key_goes_on_a_card(tmp_path: Path) -> None:
@@ -76,7 +85,9 @@ def test_only_a_public_key_goes_on_a_card(tmp_path: Path) -> None:
     public.write_text("# mine\n" + KEY)
     assert export.read_keys(public) == KEY
     private = tmp_path / "id"
-    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n")
+    private.write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
     with pytest.raises(UsageError) as raised:
         export.read_keys(private)
     assert "is a private key" in raised.value.problem

@@ -52,7 +52,10 @@ def test_pip_s_files_and_variables_override_in_pip_s_order(tmp_path: Path) -> No
     assert read.extra_index_urls == ("http://127.0.0.1:1/x/", "http://127.0.0.1:1/y/")
     assert read.environment == ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
     # os.devnull: no file at all, as in pip
-    assert pipconfig.read({**env, "PIP_CONFIG_FILE": os.devnull}, home=home, prefix=prefix) == PipConfig()
+    assert (
+        pipconfig.read({**env, "PIP_CONFIG_FILE": os.devnull}, home=home, prefix=prefix)
+        == PipConfig()
+    )
 
 
 def test_a_file_pip_cannot_read_is_a_usage_error_naming_it(tmp_path: Path) -> None:
@@ -60,7 +63,9 @@ def test_a_file_pip_cannot_read_is_a_usage_error_naming_it(tmp_path: Path) -> No
     with pytest.raises(UsageError) as raised:
         pipconfig.read({"PIP_CONFIG_FILE": str(bad), "XDG_CONFIG_DIRS": str(tmp_path / "x")},
                        home=tmp_path, prefix=tmp_path / "p")  # fmt: skip
-    assert str(bad) in raised.value.problem and "PIP_CONFIG_FILE=/dev/null" in (raised.value.fix or "")
+    assert str(bad) in raised.value.problem and "PIP_CONFIG_FILE=/dev/null" in (
+        raised.value.fix or ""
+    )
 
 
 PUBLIC, MIRROR, PRIVATE = ("http://127.0.0.1:9/simple/", "http://127.0.0.3:9/simple/",
@@ -125,11 +130,15 @@ def test_a_file_index_is_read_and_its_files_taken_from_this_machine(tmp_path: Pa
     assert indexes.files("absent") == ("", [])
 
 
-def test_pip_s_configured_find_links_directories_are_read_beside_the_indexes(tmp_path: Path) -> None:
+def test_pip_s_configured_find_links_directories_are_read_beside_the_indexes(
+    tmp_path: Path,
+) -> None:
     vendor = tmp_path / "vendor"
     _write(vendor / "six-1.16.0-py2.py3-none-any.whl", "v")
     pip = PipConfig(find_links=(str(vendor), str(tmp_path / "absent"), "http://127.0.0.1:1/links/"))
-    indexes = Indexes(pyreqs.Wants(index_url=PUBLIC), tmp_path / "c", session=FakeIndex({}, {}), pip=pip)  # type: ignore[arg-type]
+    indexes = Indexes(
+        pyreqs.Wants(index_url=PUBLIC), tmp_path / "c", session=FakeIndex({}, {}), pip=pip
+    )  # type: ignore[arg-type]
     assert indexes.find_links == [vendor.resolve()]
     where, (file,) = indexes.files("six")
     assert str(vendor.resolve()) in where and file.filename == "six-1.16.0-py2.py3-none-any.whl"

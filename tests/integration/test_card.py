@@ -1,0 +1,271 @@
+"""`dockerarch export-img`: the demo's verified aarch64 build becomes a Raspberry Pi 3B card,
+made where mounting is impossible (no CAP_SYS_ADMIN, no capability at all), the same bytes the
+second time, and booted from the card itself under qemu-system-aarch64 -M raspi3b: the demo's
+package imports, the first boot grew the root to the card, the host name and the key are there,
+the system powers off. One card and one boot per run, every check on them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dockerarch.card import boards, boot
+
+from .conftest import REPO, dockerarch
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "card-test-password"
+
+
+def unprivileged(*args: str) -> list[str]:
+    """argv that runs with no capability at all (bounding set emptied, no new privileges): no
+    mount, no loop device, nothing but what any docker user can do."""
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+            "--no-new-privs", *args]  # fmt: skip
+
+
+def export_img(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(unprivileged(sys.executable, "-m", "dockerarch", "export-img", *args),
+                          capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("key")
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(where / "id")], check=True
+    )
+    (where / "password").write_text(PASSWORD + "\n")
+    return where
+
+
+@pytest.fixture(scope="module")
+def cards(demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:  # fmt: skip
+    """The same card made twice, into two directories, each where mounting is impossible."""
+    out, _ = demo_dist
+    made = []
+    for name in ("first", "second"):
+        where = tmp_path_factory.mktemp(name)
+        done = export_img("wheel", "--package", "zstandard==0.23.0", "--arch", "aarch64",
+                          "--out", str(out), "--hostname", "card-test", "--ssh-key",
+                          str(key / "id.pub"), "--password-file", str(key / "password"),
+                          str(where / "pi.img"))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+        made.append((where / "pi.img", done))
+    return made[0][0], made[1][0], made[0][1]
+
+
+def test_mounting_is_impossible_where_the_cards_are_made(tmp_path: Path) -> None:
+    done = subprocess.run(unprivileged("mount", "-t", "tmpfs", "none", str(tmp_path)),
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode != 0 and not os.path.ismount(tmp_path), done.stderr
+
+
+def test_the_same_inputs_make_the_same_card_byte_for_byte(cards: tuple[Path, Path, object]) -> None:
+    first, second, done = cards
+    manifest = json.loads(first.with_name("pi.img.manifest.json").read_text())
+    assert (
+        manifest["image"]["sha256"]
+        == json.loads(second.with_name("pi.img.manifest.json").read_text())["image"]["sha256"]
+    )
+    assert _sha256(first) == _sha256(second) == manifest["image"]["sha256"]
+    assert (
+        first.with_name("pi.img.bmap").read_bytes() == second.with_name("pi.img.bmap").read_bytes()
+    )
+    assert str(first) in done.stdout  # type: ignore[attr-defined]
+    # sparse: the file takes far less than its size on disk
+    assert first.stat().st_blocks * 512 < first.stat().st_size * 0.9
+
+
+def test_the_card_has_what_a_pi_3b_s_firmware_reads(cards: tuple[Path, Path, object]) -> None:
+    card = cards[0]
+    manifest = json.loads(card.with_name("pi.img.manifest.json").read_text())
+    table = json.loads(subprocess.run(["sfdisk", "--json", str(card)], capture_output=True,
+                                      text=True, check=True).stdout)["partitiontable"]  # fmt: skip
+    assert table["label"] == "dos" and table["id"] == f"0x{manifest['disk_id']}"
+    boot_part, root_part = table["partitions"]
+    assert (boot_part["start"], boot_part["type"], boot_part.get("bootable")) == (8192, "c", True)
+    assert (
+        root_part["type"] == "83" and root_part["start"] == boot_part["start"] + boot_part["size"]
+    )
+    fat = f"{card}@@{boot_part['start'] * 512}"
+    listing = subprocess.run(["mdir", "-b", "-i", fat, "::"], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    for name in ("bootcode.bin", "start.elf", "fixup.dat", "config.txt", "cmdline.txt",
+                 "bcm2837-rpi-3-b.dtb"):  # fmt: skip
+        assert f"::/{name}" in listing, listing
+    config = _mtype(fat, "config.txt")
+    assert (
+        "arm_64bit=1" in config
+        and "kernel=vmlinuz-" in config
+        and "initramfs initrd.img-" in config
+    )
+    cmdline = _mtype(fat, "cmdline.txt")
+    assert (
+        f"root=PARTUUID={manifest['disk_id']}-02" in cmdline and "console=ttyS1,115200" in cmdline
+    )
+    root = f"{card}?offset={root_part['start'] * 512}"
+    assert _debugfs(root, "cat /etc/hostname") == "card-test\n"
+    fstab = _debugfs(root, "cat /etc/fstab")
+    assert f"PARTUUID={manifest['disk_id']}-01\t/boot/firmware\tvfat" in fstab
+    assert _debugfs(root, "cat /etc/machine-id") == ""  # systemd makes it on the first boot
+    assert "ssh_host_" not in _debugfs(root, "ls -l /etc/ssh")  # made on the first boot
+    assert manifest["partitions"][1]["sha256"] and manifest["tools"]["mke2fs"].startswith(
+        "mke2fs 1.47"
+    )
+
+
+def test_the_card_boots_under_qemu_and_is_what_was_asked(cards: tuple[Path, Path, object], key: Path,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    card = cards[0]
+    commands = [
+        "python3 -c 'import zstandard; print(zstandard.__version__)'",
+        "hostname",
+        "cat ~/.ssh/authorized_keys",
+        "cat /var/lib/dockerarch/firstboot-done",
+        "findmnt -bno SIZE /",
+        "sudo cat /sys/block/mmcblk0/size",
+        "ls /etc/ssh/ssh_host_ed25519_key.pub",
+    ]
+    said: list[str] = []
+    booted = boot.boot(card, boards.load_boards()["rpi3b"], "aarch64", user="pi", password=PASSWORD,
+                       commands=commands, work=tmp_path, say=said.append, timeout=900)  # fmt: skip
+    out = booted.outputs
+    assert out[commands[0]] == "0.23.0"
+    assert out[commands[1]] == "card-test"
+    assert out[commands[2]].strip() == (key / "id.pub").read_text().strip()
+    assert out[commands[3]]
+    # the first boot grew the root to the end of the (larger) emulated card
+    manifest = json.loads(card.with_name("pi.img.manifest.json").read_text())
+    assert int(out[commands[4]]) > manifest["partitions"][1]["size_mib"] * 2**20
+    assert int(out[commands[5]]) * 512 == boot.card_size(card.stat().st_size)
+    assert "dockerarch-firstboot: root /dev/mmcblk0p2 grown" in booted.console
+    print(
+        f"\nboot: login prompt after {booted.seconds_to_login:.0f} s, powered off after "
+        f"{booted.seconds_to_poweroff:.0f} s"
+    )
+
+
+def test_bad_input_is_one_paragraph_before_anything_is_made(cards: tuple[Path, Path, object], key: Path,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    existing = cards[0]
+    cases = [
+        (
+            [
+                "--image",
+                "dockerarch/none:1",
+                "--target",
+                "debian-aarch64",
+                "--ssh-key",
+                str(key / "id.pub"),
+                str(existing),
+            ],
+            "exists",
+        ),
+        (
+            [
+                "--image",
+                "dockerarch/none:1",
+                "--target",
+                "pynq-zu",
+                "--ssh-key",
+                str(key / "id.pub"),
+                str(tmp_path / "x.img"),
+            ],
+            "cannot be made with the pynq-zu userland",
+        ),
+        (
+            [
+                "--image",
+                "dockerarch/none:1",
+                "--board",
+                "pi3",
+                "--ssh-key",
+                str(key / "id.pub"),
+                str(tmp_path / "x.img"),
+            ],
+            "Unknown board 'pi3'",
+        ),
+        (
+            [
+                "--image",
+                "dockerarch/none:1",
+                "--target",
+                "debian-aarch64",
+                "--ssh-key",
+                str(key / "id"),
+                str(tmp_path / "x.img"),
+            ],
+            "is a private key",
+        ),
+        (
+            [
+                "--image",
+                "dockerarch/none:1",
+                "--target",
+                "debian-aarch64",
+                "--ssh-key",
+                str(key / "id.pub"),
+                str(tmp_path / "x.img"),
+            ],
+            "There is no local image dockerarch/none:1",
+        ),
+    ]
+    for args, words in cases:
+        done = dockerarch("export-img", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert words in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_interrupted_card_leaves_nothing_under_its_names(
+    demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
+    key: Path,
+    tmp_path: Path,
+) -> None:
+    out, _ = demo_dist
+    started = subprocess.Popen(
+        [sys.executable, "-m", "dockerarch", "export-img", "wheel", "--package", "zstandard==0.23.0",
+         "--arch", "aarch64", "--out", str(out), "--hostname", "cut-short", "--ssh-key",
+         str(key / "id.pub"), str(tmp_path / "pi.img")],
+        cwd=REPO, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert started.stderr is not None
+    for line in started.stderr:  # stopped while the card is being assembled
+        if "partitions written" in line or "host name, user, key" in line:
+            break
+    time.sleep(3)
+    started.send_signal(signal.SIGKILL)
+    started.wait(timeout=60)
+    assert not any(p.name.startswith("pi.img") for p in tmp_path.iterdir())
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _mtype(fat: str, name: str) -> str:
+    return subprocess.run(["mtype", "-i", fat, f"::{name}"], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def _debugfs(device: str, request: str) -> str:
+    assert shutil.which("debugfs")
+    return subprocess.run(["debugfs", "-R", request, device], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
