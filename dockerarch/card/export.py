@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,13 @@ from dockerarch import __version__, engine, paths
 from dockerarch.card import layout
 from dockerarch.card.boards import Board
 from dockerarch.errors import DockerarchError, UsageError
-from dockerarch.files import ensure_writable_dir, sha256_file, write_atomic
+from dockerarch.files import (
+    abandoned_work_dirs,
+    ensure_writable_dir,
+    make_work_dir,
+    sha256_file,
+    write_atomic,
+)
 from dockerarch.targets import BoardTarget
 
 Say = Callable[[str], None]
@@ -256,7 +261,9 @@ def export(request: CardRequest, say: Say) -> Card:
     made_of = inputs(request, image_id)
     digest = layout.inputs_digest(made_of)
     ids = layout.identities(digest)
-    work = Path(tempfile.mkdtemp(prefix=f".{request.out.name}.", dir=request.out.parent))
+    for stale in abandoned_work_dirs(request.out.parent, request.out.name):
+        shutil.rmtree(stale, ignore_errors=True)  # a card whose command was killed
+    work = make_work_dir(request.out.parent, request.out.name)
     try:
         context, output = work / "context", work / "out"
         context.mkdir()

@@ -234,19 +234,20 @@ def test_an_interrupted_card_leaves_nothing_under_its_names(
     tmp_path: Path,
 ) -> None:
     out, _ = demo_dist
-    started = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "dockerarch", "export-img", "wheel", "--package", "zstandard==0.23.0",
          "--arch", "aarch64", "--out", str(out), "--hostname", "cut-short", "--ssh-key",
          str(key / "id.pub"), str(tmp_path / "pi.img")],
         cwd=REPO, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert started.stderr is not None
-    for line in started.stderr:  # stopped while the card is being assembled
-        if "partitions written" in line or "host name, user, key" in line:
-            break
-    time.sleep(3)
-    started.send_signal(signal.SIGKILL)
-    started.wait(timeout=60)
+    ) as started:  # fmt: skip
+        assert started.stderr is not None
+        for line in started.stderr:  # stopped while the card is being assembled
+            if "partitions written" in line or "host name, user, key" in line:
+                break
+        time.sleep(3)
+        started.send_signal(signal.SIGKILL)
+        started.wait(timeout=60)
+    assert started.returncode == -signal.SIGKILL  # killed, not finished
     assert not any(p.name.startswith("pi.img") for p in tmp_path.iterdir())
 
 
