@@ -267,6 +267,15 @@ class ImageImport:
 _TAG = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
 
 
+def ensure_base(target: BoardTarget, say: Progress) -> None:
+    """``target``'s base in the local engine: bootstrapped here when missing (a minute or a
+    few, once), for what builds FROM it outside a recipe's build (farm servers, card tools)."""
+    if engine.image_labels(target.base_image) is not None:
+        return
+    say(f"no base {target.base_image} yet: bootstrapping it (a few minutes, once)")
+    bootstrap(make_request(target), progress=say)
+
+
 def make_image_import(
     target: BoardTarget, image: Path, *, partition: int | None = None, tag: str | None = None,
     progress: Progress = lambda line: None,

@@ -370,15 +370,6 @@ def _toolchain_base(targets: Sequence[BoardTarget]) -> BoardTarget:
     return base
 
 
-def _ensure_base(target: BoardTarget, say: Callable[[str], None]) -> None:
-    from dockerarch import base, engine
-
-    if engine.image_labels(target.base_image) is not None:
-        return
-    say(f"no base {target.base_image} yet: bootstrapping it (a few minutes, once)")
-    base.bootstrap(base.make_request(target), progress=say)
-
-
 def build_server_image(targets: Sequence[BoardTarget], work: Path,
                        say: Callable[[str], None]) -> tuple[str, dict[str, str]]:  # fmt: skip
     """The server image for ``targets`` in the local engine (built, or found cached), and the
@@ -387,7 +378,9 @@ def build_server_image(targets: Sequence[BoardTarget], work: Path,
     from dockerarch.errors import EngineError
 
     base = _toolchain_base(targets)
-    _ensure_base(base, say)
+    from dockerarch.base import ensure_base
+
+    ensure_base(base, say)
     image = server_image(targets, base)
     context = work / context_name("farm-context", work)
     context.mkdir(parents=True)

@@ -258,6 +258,10 @@ def export(request: CardRequest, say: Say) -> Card:
         raise UsageError(f"{request.image} is a {platform} image, not {request.target.platform} "
                          f"({request.target.name})", fix="Give an image of the target's platform.")  # fmt: skip
     epoch = source_date_epoch(labels)
+    from dockerarch.base import ensure_base
+    from dockerarch.targets import load_targets
+
+    ensure_base(load_targets()[TOOLS_TARGET], say)  # the card tools' base
     made_of = inputs(request, image_id)
     digest = layout.inputs_digest(made_of)
     ids = layout.identities(digest)

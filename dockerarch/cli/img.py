@@ -126,7 +126,7 @@ def export_img(
         f"{card.size / 2**20:.0f} MiB card ({card.content / 2**20:.0f} MiB of files), "
         f"{card.bmap.name} and {card.manifest.name} beside it; made in {card.seconds:.1f} s"
     )
-    _say(
-        f"write it to a card: bmaptool copy {card.path} /dev/sdX  (or: dd if={card.path} "
-        "of=/dev/sdX bs=4M conv=fsync)"
-    )
+    unpack = {".xz": "xzcat", ".zst": "zstdcat"}.get(card.path.suffix)
+    plain = (f"{unpack} {card.path} | dd of=/dev/sdX bs=4M conv=fsync" if unpack
+             else f"dd if={card.path} of=/dev/sdX bs=4M conv=fsync")  # fmt: skip
+    _say(f"write it to a card: bmaptool copy {card.path} /dev/sdX  (or: {plain})")
