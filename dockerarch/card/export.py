@@ -305,8 +305,10 @@ def export(request: CardRequest, say: Say) -> Card:
 
 
 def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> None:
+    import uuid
+
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="out",
-                            output_dir=output,
+                            output_dir=output, build_args={"DOCKERARCH_RUN": uuid.uuid4().hex},
                             secrets=(f"id=ca-bundle,src={ca}",) if ca else ())  # fmt: skip
     stage_re = re.compile(r"^#\d+ \[(system|card|tools|assemble)[ \]]")
     said: set[str] = set()
