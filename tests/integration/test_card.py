@@ -251,6 +251,14 @@ def test_an_interrupted_card_leaves_nothing_under_its_names(
     assert not any(p.name.startswith("pi.img") for p in tmp_path.iterdir())
 
 
+def test_the_scripts_a_card_s_build_runs_are_shellcheck_clean() -> None:
+    scripts = [REPO / "dockerarch" / "data" / "card" / name
+               for name in ("system", "customise", "assemble", "firstboot")]  # fmt: skip
+    done = subprocess.run(["shellcheck", "--shell=sh", *map(str, scripts)], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout
+
+
 def _sha256(path: Path) -> str:
     import hashlib
 
