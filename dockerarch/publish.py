@@ -68,7 +68,7 @@ def userland_image(board: BoardTarget, *, recipe: str | None, image: str | None,
 
         requests = plan(recipe, arch=None, target=board.name, version=version, package=package,
                         settings={})  # fmt: skip
-        return find_built(requests, out)[0].image_tag
+        return find_built(requests, out, verb="export")[0].image_tag
     assert image is not None
     if engine.image_labels(image) is None:
         raise UsageError(f"There is no local image {image}", fix="docker pull or build it first.")
@@ -79,8 +79,9 @@ def userland_image(board: BoardTarget, *, recipe: str | None, image: str | None,
     return image
 
 
-def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
-    """Each request's build result in ``out``, checked against the engine's images."""
+def find_built(requests: list[RenderRequest], out: Path, verb: str = "push") -> list[Built]:
+    """Each request's build result in ``out``, checked against the engine's images (``verb``:
+    what the caller does with them, for the fix it names)."""
     check_platforms(requests)
     found = []
     for request in requests:
@@ -99,7 +100,7 @@ def find_built(requests: list[RenderRequest], out: Path) -> list[Built]:
                 f"{tag} is now image {local[0][:19]}, not the {image_id[:19]} that "
                 f"{directory / 'manifest.json'} records (rebuilt since, or the result is older)",
                 fix=f"Build it first: {rebuild}"
-                + ", then push: what is pushed must be what was verified.",
+                + f", then {verb} again: what leaves this machine must be what was verified.",
             )
         platform = engine.image_platform(tag)
         if platform.split("/")[:2] != target.platform.split("/")[:2]:
