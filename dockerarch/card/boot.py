@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dockerarch import process
 from dockerarch.card.boards import Board, Qemu
 from dockerarch.errors import DockerarchError, UsageError
 
@@ -50,8 +50,8 @@ def _mtools_offset(card: Path, manifest: dict[str, Any]) -> str:
 
 def read_boot_file(card: Path, manifest: dict[str, Any], name: str, dest: Path) -> Path:
     """One file of the card's FAT boot partition, read with mtools (nothing mounted)."""
-    done = subprocess.run(["mcopy", "-n", "-i", _mtools_offset(card, manifest), f"::{name}", str(dest)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = process.run(["mcopy", "-n", "-i", _mtools_offset(card, manifest), f"::{name}", str(dest)],
+                       timeout=120, check=False)  # fmt: skip
     if done.returncode != 0:
         raise BootError(f"The card's boot partition has no {name}: {done.stderr.strip()}")
     return dest
@@ -81,9 +81,8 @@ def overlay(card: Path, work: Path, size: int) -> Path:
     the raspi machines must be a power of two, and a card larger than the image shows the first
     boot's growing."""
     path = work / "sd.qcow2"
-    done = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(card),
-                           str(path), str(size)], capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+    done = process.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(card),
+                        str(path), str(size)], timeout=60, check=False)  # fmt: skip
     if done.returncode != 0:
         raise BootError(f"qemu-img could not make the overlay: {done.stderr.strip()}")
     return path
