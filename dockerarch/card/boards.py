@@ -16,9 +16,10 @@ from dockerarch.paths import data_path
 from dockerarch.targets import BoardTarget
 
 PROJECT_BOARDS = "boards.yaml"
-BOOT_KINDS = ("debian-raspi",)
+BOOT_KINDS = ("debian-raspi", "vendor")
 FIELDS = ("description", "targets", "boot", "kernel", "device_tree", "initramfs_modules",
-          "console", "user", "qemu")  # fmt: skip
+          "console", "user", "qemu", "vendor_files", "boot_mount")  # fmt: skip
+OPTIONAL = ("qemu", "kernel", "device_tree", "initramfs_modules", "vendor_files", "boot_mount")
 QEMU_FIELDS = ("system", "machine", "memory", "console", "serial_port", "device_tree")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MODULE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -49,7 +50,28 @@ class Board:
     console: str
     user: str
     qemu: Mapping[str, Qemu] = field(default_factory=dict)
+    vendor_files: tuple[str, ...] = ()  # what a vendor image's boot partition holds (A|B: either)
+    boot_mount: str = "/boot/firmware"  # where the booted system mounts the boot partition
     source: str = ""
+
+    def boot_kind(self, target: BoardTarget, boot_from: bool) -> str:
+        """How the card's boot partition is made for ``target``: from the vendor's image when
+        one is given (--boot-from), else the board's own kind; Debian's kernel and firmware
+        only go with a Debian userland. A user error when neither can."""
+        if boot_from:
+            if not self.vendor_files:
+                raise UsageError(f"A {self.name} card takes no --boot-from: its boot partition is "
+                                 f"made from the target's own packages ({self.boot})",
+                                 fix="Leave --boot-from out.")  # fmt: skip
+            return "vendor"
+        if self.boot == "debian-raspi" and target.distro == "debian":
+            return self.boot
+        raise UsageError(
+            f"A {self.name} card with the {target.name} userland needs the vendor's boot "
+            f"partition: no boot source for it is known",
+            fix=f"Give --boot-from IMAGE, the vendor's SD-card image of a {self.name} (its boot "
+            f"partition holds {', '.join(self.vendor_files) or 'the firmware'}).",
+        )  # fmt: skip
 
     def check_target(self, target: BoardTarget) -> None:
         """A user error unless this board boots ``target``'s userland."""
@@ -60,7 +82,7 @@ class Board:
                 fix=f"Give --target {self.targets[0]} (or another of those), or add the target "
                 f"to the board in a {PROJECT_BOARDS}.",
             )
-        if target.arch.name not in self.kernel:
+        if self.boot == "debian-raspi" and target.distro == "debian" and target.arch.name not in self.kernel:
             raise ConfigError(f"Board {self.name} ({self.source}) names no kernel for "
                               f"{target.arch.name}", fix="Add it under kernel:.")  # fmt: skip
 
@@ -100,13 +122,17 @@ def load_boards(project_file: Path | None = None) -> dict[str, Board]:
 
 def _build(name: str, body: Mapping[str, Any], source: str) -> Board:
     where = f"boards.{name} ({source})"
-    missing = [key for key in FIELDS if key not in body and key != "qemu"]
+    missing = [key for key in FIELDS if key not in body and key not in OPTIONAL]
     if missing:
         raise ConfigError(f"{where} lacks {', '.join(missing)}", fix="Give every field.")
     if body["boot"] not in BOOT_KINDS:
         raise ConfigError(f"{where}: boot is {body['boot']!r}",
                           fix=f"Give one of: {', '.join(BOOT_KINDS)}.")  # fmt: skip
-    modules = [str(m) for m in body["initramfs_modules"] or []]
+    if body["boot"] == "vendor" and not body.get("vendor_files"):
+        raise ConfigError(f"{where}: a vendor-booted board names its vendor_files")
+    if body["boot"] == "debian-raspi" and not (body.get("kernel") and body.get("device_tree")):
+        raise ConfigError(f"{where}: a debian-raspi board names its kernel and device_tree")
+    modules = [str(m) for m in body.get("initramfs_modules") or []]
     if not all(_MODULE.match(m) for m in modules):
         raise ConfigError(f"{where}: initramfs_modules are kernel module names", fix="Like: ext4.")
     if not _CONSOLE.match(str(body["console"])):
@@ -126,10 +152,12 @@ def _build(name: str, body: Mapping[str, Any], source: str) -> Board:
     return Board(
         name=name, description=str(body["description"]),
         targets=tuple(str(t) for t in body["targets"]), boot=str(body["boot"]),
-        kernel={str(k): str(v) for k, v in require_mapping(body["kernel"], f"boards.{name}.kernel",
+        kernel={str(k): str(v) for k, v in require_mapping(body.get("kernel"), f"boards.{name}.kernel",
                                                            Path(source)).items()},
-        device_tree=str(body["device_tree"]), initramfs_modules=tuple(modules),
+        device_tree=str(body.get("device_tree") or ""), initramfs_modules=tuple(modules),
         console=str(body["console"]), user=str(body["user"]), qemu=qemu, source=source,
+        vendor_files=tuple(str(f) for f in body.get("vendor_files") or ()),
+        boot_mount=str(body.get("boot_mount") or "/boot/firmware"),
     )  # fmt: skip
 
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dockerarch import __version__, engine, paths, process
-from dockerarch.card import layout
+from dockerarch.card import layout, vendor
 from dockerarch.card.boards import Board
+from dockerarch.card.vendor import VendorBoot
 from dockerarch.errors import DockerarchError, UsageError
 from dockerarch.files import (
     abandoned_work_dirs,
@@ -41,7 +42,7 @@ TOOLS_PACKAGES = ("e2fsprogs", "mtools", "dosfstools", "fdisk", "bmaptool", "xz-
 SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "initramfs-tools",
                    "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2")  # fmt: skip
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
-CARD_FILES = ("system", "customise", "assemble", "firstboot", "dockerarch-firstboot.service")
+CARD_FILES = ("system", "boot", "customise", "assemble", "firstboot", "dockerarch-firstboot.service")
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _KEY = re.compile(
@@ -69,6 +70,12 @@ class CardRequest:
     size_mib: int = 0  # 0: the contents and a margin
     compress: str | None = None
     force: bool = False
+    boot_from: Path | None = None  # the vendor's SD-card image (boot: vendor)
+
+    @property
+    def kind(self) -> str:
+        """How the boot partition is made (the board's boot kind, or vendor)."""
+        return self.board.boot_kind(self.target, self.boot_from is not None)
 
     def check(self) -> None:
         """Every option, before the engine is asked anything."""
@@ -87,6 +94,7 @@ class CardRequest:
                              fix="Name the card's image file like pi.img (with --compress, "
                              "pi.img.xz is written).")  # fmt: skip
         self.board.check_target(self.target)
+        _ = self.kind  # a user error when no boot source is known
 
     @property
     def written(self) -> Path:
@@ -182,7 +190,7 @@ def inputs(request: CardRequest, image_id: str) -> dict[str, object]:
         "dockerarch": __version__,
         "image": request.image, "image_id": image_id,
         "board": board.name, "target": request.target.name,
-        "boot": board.boot, "kernel": board.kernel[request.target.arch.name],
+        "boot": request.kind, "kernel": board.kernel.get(request.target.arch.name),
         "initramfs_modules": list(board.initramfs_modules), "console": board.console,
         "hostname": request.hostname, "user": request.user,
         "ssh_keys_sha256": hashlib.sha256(request.ssh_keys.encode()).hexdigest(),
@@ -203,32 +211,43 @@ def source_date_epoch(labels: dict[str, str]) -> int:
                      "timestamp on the card is clamped to it.")  # fmt: skip
 
 
-def render(request: CardRequest, ids: layout.Identities, epoch: int) -> str:
+def render(request: CardRequest, ids: layout.Identities, epoch: int,
+           vendor_boot: VendorBoot | None = None) -> str:  # fmt: skip
     from dockerarch import render as render_module
     from dockerarch.targets import load_targets
 
     tools = load_targets()[TOOLS_TARGET]
     env = render_module.template_environment(tuple(paths.template_dirs()))
     board = request.board
+    raspi = request.kind == "debian-raspi"
     return env.get_template("card.Dockerfile.j2").render(
         board=board, target=request.target, image=request.image, ids=ids,
+        component="non-free-firmware" if raspi else "-",
         system_packages=list(SYSTEM_PACKAGES),
-        boot_packages=[board.kernel[request.target.arch.name], "raspi-firmware"],
+        boot_packages=[board.kernel[request.target.arch.name], "raspi-firmware"] if raspi else [],
+        vendor_boot=vendor_boot is not None,
+        vendor_boot_type=vendor_boot.boot_type if vendor_boot else "",
+        vendor_kernel=(vendor_boot.kernel_release or "") if vendor_boot and vendor_boot.tree else "",
         tools_base=tools.base_image, tools_packages=list(TOOLS_PACKAGES),
         align_mib=layout.ALIGN_MIB, boot_mib=layout.BOOT_MIB, size_mib=request.size_mib,
         source_date_epoch=epoch,
     )  # fmt: skip
 
 
-def write_context(directory: Path, request: CardRequest, ids: layout.Identities) -> None:
+def write_context(directory: Path, request: CardRequest, ids: layout.Identities,
+                  vendor_boot: VendorBoot | None = None) -> None:  # fmt: skip
     for name in CARD_FILES:
         shutil.copy2(paths.data_path("card", name), directory / name)
+    if vendor_boot is not None:
+        os.replace(vendor_boot.boot, directory / "vendor-boot.fat")
+        if vendor_boot.tree is not None:
+            os.replace(vendor_boot.tree, directory / "vendor-tree")
     console = request.board.console
     values = {
         "CARD_HOSTNAME": request.hostname, "CARD_USER": request.user, "CARD_CONSOLE": console,
         "CARD_CMDLINE": layout.cmdline(ids, console),
         "CARD_FSTAB_ROOT": layout.fstab(ids).splitlines()[0],
-        "CARD_FSTAB_BOOT": layout.fstab(ids).splitlines()[1],
+        "CARD_FSTAB_BOOT": layout.fstab(ids, request.board.boot_mount).splitlines()[1],
         "CARD_PASSWORD_HASH": request.password_hash or "",
     }  # fmt: skip
     (directory / "card.env").write_text("".join(f"{k}={_quote(v)}\n" for k, v in values.items()))
@@ -262,16 +281,27 @@ def export(request: CardRequest, say: Say) -> Card:
 
     ensure_base(load_targets()[TOOLS_TARGET], say)  # the card tools' base
     made_of = inputs(request, image_id)
-    digest = layout.inputs_digest(made_of)
-    ids = layout.identities(digest)
     for stale in abandoned_work_dirs(request.out.parent, request.out.name):
         shutil.rmtree(stale, ignore_errors=True)  # a card whose command was killed
     work = make_work_dir(request.out.parent, request.out.name)
     try:
+        vendor_boot = None
+        if request.kind == "vendor":
+            assert request.boot_from is not None
+            (work / "vendor").mkdir()
+            vendor_boot = vendor.read(request.boot_from, request.board, request.target,
+                                      work / "vendor", say)  # fmt: skip
+            made_of["boot_from"] = {"file": request.boot_from.name,
+                                    "sha256": vendor_boot.source_sha256,
+                                    "boot_partition_sha256": vendor_boot.boot_sha256,
+                                    "kernel": vendor_boot.kernel_release}  # fmt: skip
+        digest = layout.inputs_digest(made_of)
+        ids = layout.identities(digest)
         context, output = work / "context", work / "out"
         context.mkdir()
-        write_context(context, request, ids)
-        (context / "Dockerfile").write_text(render(request, ids, epoch))
+        write_context(context, request, ids, vendor_boot)
+        shutil.rmtree(work / "vendor", ignore_errors=True)  # a decompressed image
+        (context / "Dockerfile").write_text(render(request, ids, epoch, vendor_boot))
         log = work / "build.log"
         say(
             f"{request.board.name} card from {request.image} ({request.target.name}): "
@@ -309,7 +339,7 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="out",
                             output_dir=output, build_args={"DOCKERARCH_RUN": uuid.uuid4().hex},
                             secrets=(f"id=ca-bundle,src={ca}",) if ca else ())  # fmt: skip
-    stage_re = re.compile(r"^#\d+ \[(system|card|tools|assemble)[ \]]")
+    stage_re = re.compile(r"^#\d+ \[(system|boot|card|tools|assemble)[ \]]")
     said: set[str] = set()
     text = []
     try:
@@ -322,7 +352,8 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
                     said.add(match.group(1))
                     say(
                         {
-                            "system": "the board's kernel, firmware and system (apt, emulated)",
+                            "system": "a system that boots: systemd, udev, ssh (apt, emulated)",
+                            "boot": "the board's kernel and firmware (apt, emulated)",
                             "card": "host name, user, key and first-boot service",
                             "tools": "Debian's card tools (amd64)",
                             "assemble": "partitions written into the image file",

@@ -63,9 +63,9 @@ def cmdline(ids: Identities, console: str, extra: str = "") -> str:
     return " ".join(words + ([extra] if extra else []))
 
 
-def fstab(ids: Identities) -> str:
+def fstab(ids: Identities, boot_mount: str = "/boot/firmware") -> str:
     return (f"PARTUUID={ids.root_partuuid}\t/\text4\tdefaults,noatime\t0\t1\n"
-            f"PARTUUID={ids.boot_partuuid}\t/boot/firmware\tvfat\tdefaults,noatime\t0\t2\n")  # fmt: skip
+            f"PARTUUID={ids.boot_partuuid}\t{boot_mount}\tvfat\tdefaults,noatime\t0\t2\n")  # fmt: skip
 
 
 def parse_size(text: str) -> int:

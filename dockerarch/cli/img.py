@@ -71,6 +71,11 @@ def export_img(
     compress: Annotated[
         str | None, typer.Option("--compress", help="xz or zstd: OUT.xz / OUT.zst instead of OUT.")
     ] = None,
+    boot_from: Annotated[
+        Path | None,
+        typer.Option("--boot-from", help="The vendor's SD-card image (PYNQ's, Raspberry Pi OS's; "
+                     ".img, .img.xz or .zip): its boot partition and kernel modules go on the card."),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing output files.")] = False,
 ) -> None:
     """Turn a verified build (or --image) into an SD-card image a board boots: partitions, the
@@ -108,6 +113,7 @@ def export_img(
         board=the_board, target=chosen[0], image=image or "", out=Path(os.path.abspath(args[-1])),
         hostname=hostname, user=user or the_board.user, ssh_keys=export.read_keys(keys),
         size_mib=layout.parse_size(size) if size else 0, compress=compress, force=force,
+        boot_from=Path(os.path.abspath(boot_from)) if boot_from else None,
     )  # fmt: skip
     request.check()
     export.check_outputs(request)

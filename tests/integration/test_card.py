@@ -253,7 +253,7 @@ def test_an_interrupted_card_leaves_nothing_under_its_names(
 
 def test_the_scripts_a_card_s_build_runs_are_shellcheck_clean() -> None:
     scripts = [REPO / "dockerarch" / "data" / "card" / name
-               for name in ("system", "customise", "assemble", "firstboot")]  # fmt: skip
+               for name in ("system", "boot", "customise", "assemble", "firstboot")]  # fmt: skip
     done = subprocess.run(["shellcheck", "--shell=sh", *map(str, scripts)], capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout
@@ -278,3 +278,113 @@ def _debugfs(device: str, request: str) -> str:
     assert shutil.which("debugfs")
     return subprocess.run(["debugfs", "-R", request, device], capture_output=True, text=True,
                           check=True).stdout  # fmt: skip
+
+
+KERNEL_RELEASE = "6.1.5-xilinx-v2023.1"
+
+
+def vendor_image(where: Path, module: bytes, *, name: str = "pynq.img") -> tuple[Path, Path]:
+    """A stand-in for PYNQ's SD-card image, made as its builder lays one out (a FAT boot
+    partition with BOOT.BIN, image.ub and boot.scr; an ext4 root with the kernel's modules and
+    firmware), zipped as it is downloaded: (the zip, its boot partition's bytes)."""
+    where.mkdir(parents=True, exist_ok=True)
+    boot = where / "boot.fat"
+    subprocess.run(["mkfs.fat", "-C", "-n", "PYNQ", str(boot), str(48 * 1024)], check=True,
+                   capture_output=True)  # fmt: skip
+    for file, data in (
+        ("BOOT.BIN", b"boot image"),
+        ("image.ub", b"FIT image"),
+        ("boot.scr", b"script"),
+    ):
+        (where / file).write_bytes(data * 100)
+        subprocess.run(["mcopy", "-i", str(boot), str(where / file), "::"], check=True)
+    tree = where / "root"
+    modules = tree / "usr/lib/modules" / KERNEL_RELEASE
+    (modules / "kernel/drivers").mkdir(parents=True)
+    (modules / "kernel/drivers/pynq.ko").write_bytes(module)
+    (modules / "modules.dep").write_text("kernel/drivers/pynq.ko:\n")
+    (tree / "usr/lib/firmware").mkdir(parents=True)
+    (tree / "usr/lib/firmware/pynq-fw.bin").write_bytes(b"firmware")
+    (tree / "lib").symlink_to("usr/lib")
+    root = where / "root.ext4"
+    subprocess.run(["mke2fs", "-q", "-t", "ext4", "-d", str(tree), str(root), "64M"], check=True)
+    image = where / name
+    subprocess.run(["truncate", "-s", f"{1 + 48 + 64}M", str(image)], check=True)
+    subprocess.run(["sfdisk", "--quiet", str(image)], input="label: dos\nstart=2048, size=98304, "
+                   "type=c, bootable\nstart=100352, type=83\n", text=True, check=True)  # fmt: skip
+    for part, seek in ((boot, 1), (root, 49)):
+        subprocess.run(["dd", f"if={part}", f"of={image}", "bs=1M", f"seek={seek}", "conv=notrunc",
+                        "status=none"], check=True)  # fmt: skip
+    archive = image.with_name(image.name + ".zip")
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as packed:
+        packed.write(image, image.name)
+    return archive, boot
+
+
+def _wheel_library(out: Path, target: str) -> bytes:
+    import zipfile
+
+    (wheel,) = (out / target).glob("zstandard-0.23.0/*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".so"))
+        return archive.read(name)
+
+
+def test_a_pynq_card_takes_the_vendor_s_boot_partition_byte_for_byte(
+    demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
+    key: Path,
+    tmp_path: Path,
+) -> None:
+    out, _ = demo_dist
+    archive, boot_fat = vendor_image(tmp_path / "vendor", _wheel_library(out, "debian-aarch64"))
+    card = tmp_path / "pynq.img"
+    done = export_img("wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--arch",
+                      "aarch64", "--out", str(out), "--hostname", "pynq-1", "--ssh-key",
+                      str(key / "id.pub"), "--boot-from", str(archive), str(card))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    manifest = json.loads(card.with_name("pynq.img.manifest.json").read_text())
+    assert manifest["inputs"]["boot_from"]["sha256"] == _sha256(archive)
+    assert manifest["inputs"]["boot_from"]["kernel"] == KERNEL_RELEASE
+    table = json.loads(subprocess.run(["sfdisk", "--json", str(card)], capture_output=True,
+                                      text=True, check=True).stdout)["partitiontable"]  # fmt: skip
+    boot_part, root_part = table["partitions"]
+    # the vendor's boot partition as it was, where its boot ROM looks; the root is partition 2
+    with card.open("rb") as handle:
+        handle.seek(boot_part["start"] * 512)
+        assert handle.read(boot_part["size"] * 512) == boot_fat.read_bytes()
+    root = f"{card}?offset={root_part['start'] * 512}"
+    listing = _debugfs(root, f"ls -p /usr/lib/modules/{KERNEL_RELEASE}/kernel/drivers")
+    assert "/pynq.ko/" in listing
+    assert _debugfs(root, "cat /usr/lib/firmware/pynq-fw.bin") == "firmware"
+    assert "\t/boot\tvfat" in _debugfs(root, "cat /etc/fstab")
+    assert _debugfs(root, "cat /etc/hostname") == "pynq-1\n"
+
+
+def test_a_vendor_image_that_is_none_is_truncated_or_of_another_arch_is_refused(
+    demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
+    key: Path,
+    tmp_path: Path,
+) -> None:
+    out, _ = demo_dist
+    other_arch, _ = vendor_image(tmp_path / "armv7", _wheel_library(out, "debian-armv7"))
+    truncated_dir = tmp_path / "cut"
+    _, _ = vendor_image(truncated_dir, _wheel_library(out, "debian-aarch64"))
+    cut = truncated_dir / "pynq.img"
+    os.truncate(cut, 60 * 2**20)  # ends inside the root partition
+    noise = tmp_path / "noise.img"
+    noise.write_bytes(os.urandom(2**20))
+    common = ["wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--arch", "aarch64",
+              "--out", str(out), "--ssh-key", str(key / "id.pub")]  # fmt: skip
+    cases = [
+        ([], "needs the vendor's boot partition"),
+        (["--boot-from", str(noise)], "is not a disk image"),
+        (["--boot-from", str(cut)], "is truncated or corrupt"),
+        (["--boot-from", str(other_arch)], "its kernel is for armv7, not aarch64"),
+    ]
+    for args, words in cases:
+        done = dockerarch("export-img", *common, *args, str(tmp_path / "x.img"))
+        assert done.returncode == 2, (args, done.stderr[-2000:])
+        assert words in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert not any(p.name.startswith("x.img") for p in tmp_path.iterdir())

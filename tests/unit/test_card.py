@@ -59,6 +59,11 @@ def test_a_size_that_is_not_one_or_too_small_is_a_user_error(text: str) -> None:
     ({"user": "root"}, "not a user name a card can have"),
     ({"compress": "gzip"}, "--compress gzip is not known"),
     ({"target": TARGETS["pynq-zu"]}, "cannot be made with the pynq-zu userland"),
+    ({"target": TARGETS["rpi3"]}, "needs the vendor's boot partition"),
+    ({"board": boards.load_boards()["pynq-z1"], "target": TARGETS["debian-armv7"]},
+     "needs the vendor's boot partition"),
+    ({"boot_from": Path("/x.img"), "board": boards.load_boards()["rpi3b"].__class__(
+        **{**boards.load_boards()["rpi3b"].__dict__, "vendor_files": ()})}, "takes no --boot-from"),
 ])  # fmt: skip
 def test_options_are_checked_before_anything_is_made(tmp_path: Path, changes: dict[str, object],
                                                       words: str) -> None:  # fmt: skip
@@ -121,3 +126,14 @@ def test_a_project_s_boards_file_changes_and_adds_boards(tmp_path: Path) -> None
     with pytest.raises(UsageError) as unknown:
         boards.find_board(boards.load_boards(), "rpi3")
     assert "Did you mean 'rpi3b'?" in unknown.value.problem
+
+
+def test_a_vendor_booted_card_takes_its_boot_from_the_vendor_s_image(tmp_path: Path) -> None:
+    pynq = boards.load_boards()["pynq-zu"]
+    card = request(tmp_path, board=pynq, boot_from=tmp_path / "pynq.img.zip")
+    card.check()
+    assert card.kind == "vendor" and pynq.boot_mount == "/boot"
+    raspi = request(tmp_path)
+    assert raspi.kind == "debian-raspi"
+    ids = layout.identities("ab" * 32)
+    assert "\t/boot\tvfat" in layout.fstab(ids, pynq.boot_mount)
