@@ -388,3 +388,23 @@ def test_a_vendor_image_that_is_none_is_truncated_or_of_another_arch_is_refused(
         assert done.returncode == 2, (args, done.stderr[-2000:])
         assert words in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert not any(p.name.startswith("x.img") for p in tmp_path.iterdir())
+
+
+def test_a_size_too_small_for_the_contents_names_the_size_needed(
+    demo_dist: tuple[Path, subprocess.CompletedProcess[str]],
+    key: Path,
+    tmp_path: Path,
+    cards: tuple[Path, Path, object],
+) -> None:
+    out, _ = demo_dist
+    needed = json.loads(cards[0].with_name("pi.img.manifest.json").read_text())["needed_mib"]
+    done = dockerarch("export-img", "wheel", "--package", "zstandard==0.23.0", "--arch", "aarch64",
+                      "--out", str(out), "--hostname", "card-test", "--ssh-key", str(key / "id.pub"),
+                      "--size", "1G", str(tmp_path / "small.img"), timeout=1800)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    import re
+
+    asked = re.search(r"contents need (\d+) MiB, more than --size gives", said)
+    assert asked and 1024 < int(asked.group(1)) and abs(int(asked.group(1)) - needed) <= 8, said
+    assert not list(tmp_path.iterdir())
