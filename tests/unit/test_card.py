@@ -137,3 +137,33 @@ def test_a_vendor_booted_card_takes_its_boot_from_the_vendor_s_image(tmp_path: P
     assert raspi.kind == "debian-raspi"
     ids = layout.identities("ab" * 32)
     assert "\t/boot\tvfat" in layout.fstab(ids, pynq.boot_mount)
+
+
+def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -> None:
+    from dockerarch.card.vendor import VendorBoot
+
+    ids = layout.identities("cd" * 32)
+    raspi = export.render(request(tmp_path), ids, 1700000000)
+    assert "FROM system AS boot" in raspi and "FROM boot AS card" in raspi
+    assert "sh /run/dockerarch/boot non-free-firmware 'mmc_block" in raspi
+    assert "linux-image-arm64 raspi-firmware" in raspi and "BOOT_IMAGE" not in raspi
+    assert f"DISK_ID={ids.disk_id}" in raspi and "SOURCE_DATE_EPOCH=1700000000" in raspi
+    # the system stage is the same text whatever the card: its cache serves every card of the image
+    other = export.render(request(tmp_path, hostname="other"), layout.identities("ef" * 32), 1)
+    assert raspi.split("FROM system AS boot")[0] == other.split("FROM system AS boot")[0]
+    booted = VendorBoot(source=tmp_path / "v.zip", source_sha256="0" * 64, boot=tmp_path / "b",
+                        boot_sha256="1" * 64, boot_type="c", kernel_release="6.1.5-xilinx",
+                        tree=tmp_path / "t")  # fmt: skip
+    pynq = request(tmp_path, board=boards.load_boards()["pynq-zu"], boot_from=tmp_path / "v.zip")
+    vendor = export.render(pynq, ids, 1700000000, booted)
+    assert "AS boot" not in vendor and "FROM system AS card" in vendor
+    assert (
+        "COPY vendor-tree/ /" in vendor
+        and "BOOT_IMAGE=/run/dockerarch/card/vendor-boot.fat" in vendor
+    )
+    # a vendor's card shares the system stage with the Debian-booted cards of the same image
+    system = raspi[raspi.index("FROM --platform") : raspi.index("# The board's kernel")]
+    assert (
+        system.strip()
+        == vendor[vendor.index("FROM --platform") : vendor.index("# What the person")].strip()
+    )
