@@ -340,8 +340,8 @@ def test_a_pynq_card_takes_the_vendor_s_boot_partition_byte_for_byte(
     out, _ = demo_dist
     archive, boot_fat = vendor_image(tmp_path / "vendor", _wheel_library(out, "debian-aarch64"))
     card = tmp_path / "pynq.img"
-    done = export_img("wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--arch",
-                      "aarch64", "--out", str(out), "--hostname", "pynq-1", "--ssh-key",
+    done = export_img("wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--target",
+                      "debian-aarch64", "--out", str(out), "--hostname", "pynq-1", "--ssh-key",
                       str(key / "id.pub"), "--boot-from", str(archive), str(card))  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     manifest = json.loads(card.with_name("pynq.img.manifest.json").read_text())
@@ -375,7 +375,7 @@ def test_a_vendor_image_that_is_none_is_truncated_or_of_another_arch_is_refused(
     os.truncate(cut, 60 * 2**20)  # ends inside the root partition
     noise = tmp_path / "noise.img"
     noise.write_bytes(os.urandom(2**20))
-    common = ["wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--arch", "aarch64",
+    common = ["wheel", "--package", "zstandard==0.23.0", "--board", "pynq-zu", "--target", "debian-aarch64",
               "--out", str(out), "--ssh-key", str(key / "id.pub")]  # fmt: skip
     cases = [
         ([], "needs the vendor's boot partition"),
