@@ -82,7 +82,11 @@ class Board:
                 fix=f"Give --target {self.targets[0]} (or another of those), or add the target "
                 f"to the board in a {PROJECT_BOARDS}.",
             )
-        if self.boot == "debian-raspi" and target.distro == "debian" and target.arch.name not in self.kernel:
+        if (
+            self.boot == "debian-raspi"
+            and target.distro == "debian"
+            and target.arch.name not in self.kernel
+        ):
             raise ConfigError(f"Board {self.name} ({self.source}) names no kernel for "
                               f"{target.arch.name}", fix="Add it under kernel:.")  # fmt: skip
 

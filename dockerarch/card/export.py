@@ -42,7 +42,14 @@ TOOLS_PACKAGES = ("e2fsprogs", "mtools", "dosfstools", "fdisk", "bmaptool", "xz-
 SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "initramfs-tools",
                    "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2")  # fmt: skip
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
-CARD_FILES = ("system", "boot", "customise", "assemble", "firstboot", "dockerarch-firstboot.service")
+CARD_FILES = (
+    "system",
+    "boot",
+    "customise",
+    "assemble",
+    "firstboot",
+    "dockerarch-firstboot.service",
+)
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _KEY = re.compile(

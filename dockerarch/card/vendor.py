@@ -55,7 +55,9 @@ def read(path: Path, board: Board, target: BoardTarget, work: Path, say: Say) ->
         boot = work / "vendor-boot.fat"
         _copy_range(raw, boot_part.start, boot_part.size, boot)
         listing = process.run(["mdir", "-b", "-i", str(boot), "::"], timeout=60, check=False)
-        files = sorted(line.removeprefix("::/") for line in listing.stdout.split() if line.startswith("::/"))
+        files = sorted(
+            line.removeprefix("::/") for line in listing.stdout.split() if line.startswith("::/")
+        )
         missing = [name for name in board.vendor_files if not _has(files, name)]
         if missing:
             raise UsageError(
@@ -120,9 +122,13 @@ def _modules(raw: Path, root: sdcard.Partition, target: BoardTarget, original: P
     release = sorted(releases)[-1]
     tree = work / "vendor-tree"
     (tree / "usr/lib/modules").mkdir(parents=True)
-    process.run(["debugfs", "-R", f"rdump {where}/{release} {tree}/usr/lib/modules", device], timeout=600)
+    process.run(
+        ["debugfs", "-R", f"rdump {where}/{release} {tree}/usr/lib/modules", device], timeout=600
+    )
     for firmware in ("/usr/lib/firmware", "/lib/firmware"):
-        process.run(["debugfs", "-R", f"rdump {firmware} {tree}/usr/lib", device], timeout=600, check=False)
+        process.run(
+            ["debugfs", "-R", f"rdump {firmware} {tree}/usr/lib", device], timeout=600, check=False
+        )
     _check_arch(tree / "usr/lib/modules" / release, target, original)
     return release, tree
 

@@ -73,8 +73,11 @@ def export_img(
     ] = None,
     boot_from: Annotated[
         Path | None,
-        typer.Option("--boot-from", help="The vendor's SD-card image (PYNQ's, Raspberry Pi OS's; "
-                     ".img, .img.xz or .zip): its boot partition and kernel modules go on the card."),
+        typer.Option(
+            "--boot-from",
+            help="The vendor's SD-card image (PYNQ's, Raspberry Pi OS's; "
+            ".img, .img.xz or .zip): its boot partition and kernel modules go on the card.",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing output files.")] = False,
 ) -> None:
