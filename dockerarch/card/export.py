@@ -12,6 +12,7 @@ a temporary directory beside OUT, is made sparse again, and is renamed into plac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -304,6 +305,10 @@ def export(request: CardRequest, say: Say) -> Card:
                                     "kernel": vendor_boot.kernel_release}  # fmt: skip
         digest = layout.inputs_digest(made_of)
         ids = layout.identities(digest)
+        if vendor_boot is not None and vendor_boot.disk_id:
+            # the vendor's boot files may name the root by PARTUUID (Raspberry Pi OS's
+            # cmdline.txt does): the card keeps the vendor's disk id, so they find it
+            ids = dataclasses.replace(ids, disk_id=vendor_boot.disk_id)
         context, output = work / "context", work / "out"
         context.mkdir()
         write_context(context, request, ids, vendor_boot)

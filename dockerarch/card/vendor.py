@@ -35,6 +35,7 @@ class VendorBoot:
     files: list[str] = field(default_factory=list)  # what its FAT holds
     kernel_release: str | None = None
     tree: Path | None = None  # usr/lib/modules/RELEASE and usr/lib/firmware, to go on the card
+    disk_id: str | None = None  # the vendor's MBR disk signature: its cmdline may name PARTUUIDs
 
 
 def read(path: Path, board: Board, target: BoardTarget, work: Path, say: Say) -> VendorBoot:
@@ -67,11 +68,15 @@ def read(path: Path, board: Board, target: BoardTarget, work: Path, say: Say) ->
             )  # fmt: skip
         root = sdcard.root_partition(parts, path, None)
         release, tree = _modules(raw, root, target, path, work)
+        with raw.open("rb") as handle:  # the MBR's disk signature (bytes 440-443)
+            handle.seek(440)
+            signature = int.from_bytes(handle.read(4), "little")
     say(f"vendor boot partition {boot_part.size // 2**20} MiB ({', '.join(files[:5])}...), "
         f"kernel {release or 'without modules'}")  # fmt: skip
     return VendorBoot(source=path, source_sha256=source_sha256, boot=boot,
                       boot_sha256=sha256_file(boot), boot_type=boot_part.type.lower(), files=files,
-                      kernel_release=release, tree=tree)  # fmt: skip
+                      kernel_release=release, tree=tree,
+                      disk_id=f"{signature:08x}" if signature else None)  # fmt: skip
 
 
 def _fix(board: Board) -> str:

@@ -310,7 +310,7 @@ def vendor_image(where: Path, module: bytes, *, name: str = "pynq.img") -> tuple
     subprocess.run(["mke2fs", "-q", "-t", "ext4", "-d", str(tree), str(root), "64M"], check=True)
     image = where / name
     subprocess.run(["truncate", "-s", f"{1 + 48 + 64}M", str(image)], check=True)
-    subprocess.run(["sfdisk", "--quiet", str(image)], input="label: dos\nstart=2048, size=98304, "
+    subprocess.run(["sfdisk", "--quiet", str(image)], input="label: dos\nlabel-id: 0x5e1ec7ed\nstart=2048, size=98304, "
                    "type=c, bootable\nstart=100352, type=83\n", text=True, check=True)  # fmt: skip
     for part, seek in ((boot, 1), (root, 49)):
         subprocess.run(["dd", f"if={part}", f"of={image}", "bs=1M", f"seek={seek}", "conv=notrunc",
@@ -347,6 +347,8 @@ def test_a_pynq_card_takes_the_vendor_s_boot_partition_byte_for_byte(
     manifest = json.loads(card.with_name("pynq.img.manifest.json").read_text())
     assert manifest["inputs"]["boot_from"]["sha256"] == _sha256(archive)
     assert manifest["inputs"]["boot_from"]["kernel"] == KERNEL_RELEASE
+    # the vendor's disk id kept: its boot files may name the root by PARTUUID
+    assert manifest["disk_id"] == "5e1ec7ed" and manifest["root_partuuid"] == "5e1ec7ed-02"
     table = json.loads(subprocess.run(["sfdisk", "--json", str(card)], capture_output=True,
                                       text=True, check=True).stdout)["partitiontable"]  # fmt: skip
     boot_part, root_part = table["partitions"]
