@@ -74,7 +74,7 @@ class CardRequest:
     hostname: str
     user: str
     ssh_keys: str  # authorized_keys lines
-    password_hash: str | None = None
+    password_file: Path | None = None  # its first line: the user's password (hashed here)
     size_mib: int = 0  # 0: the contents and a margin
     compress: str | None = None
     force: bool = False
@@ -202,7 +202,7 @@ def inputs(request: CardRequest, image_id: str) -> dict[str, object]:
         "initramfs_modules": list(board.initramfs_modules), "console": board.console,
         "hostname": request.hostname, "user": request.user,
         "ssh_keys_sha256": hashlib.sha256(request.ssh_keys.encode()).hexdigest(),
-        "password": request.password_hash is not None,
+        "password": request.password_file is not None,
         "size_mib": request.size_mib,
     }  # fmt: skip
 
@@ -244,6 +244,8 @@ def render(request: CardRequest, ids: layout.Identities, epoch: int,
 
 def write_context(directory: Path, request: CardRequest, ids: layout.Identities,
                   vendor_boot: VendorBoot | None = None) -> None:  # fmt: skip
+    """The card stage's context: the scripts, card.env (the password's hash made with the
+    card's own salt), the keys, and a vendor's boot partition and kernel tree."""
     for name in CARD_FILES:
         shutil.copy2(paths.data_path("card", name), directory / name)
     if vendor_boot is not None:
@@ -256,7 +258,9 @@ def write_context(directory: Path, request: CardRequest, ids: layout.Identities,
         "CARD_CMDLINE": layout.cmdline(ids, console),
         "CARD_FSTAB_ROOT": layout.fstab(ids).splitlines()[0],
         "CARD_FSTAB_BOOT": layout.fstab(ids, request.board.boot_mount).splitlines()[1],
-        "CARD_PASSWORD_HASH": request.password_hash or "",
+        "CARD_PASSWORD_HASH": hash_password(request.password_file, ids.salt)
+        if request.password_file
+        else "",
     }  # fmt: skip
     (directory / "card.env").write_text("".join(f"{k}={_quote(v)}\n" for k, v in values.items()))
     (directory / "authorized_keys").write_text(request.ssh_keys)

@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-
-def _say(line: str) -> None:
-    typer.echo(f"  {line}", err=True)
+from dockerarch.cli.output import say as _say
 
 
 def export_img(
@@ -117,18 +115,15 @@ def export_img(
         hostname=hostname, user=user or the_board.user, ssh_keys=export.read_keys(keys),
         size_mib=layout.parse_size(size) if size else 0, compress=compress, force=force,
         boot_from=Path(os.path.abspath(boot_from)) if boot_from else None,
+        password_file=password_file,
     )  # fmt: skip
     request.check()
     export.check_outputs(request)
     ref = userland_image(chosen[0], recipe=None if image else args[0], image=image,
                          version=version, package=package, out=out)  # fmt: skip
-    salt = layout.identities(layout.inputs_digest({"image": ref, "hostname": hostname})).salt
     import dataclasses
 
-    request = dataclasses.replace(
-        request, image=ref,
-        password_hash=export.hash_password(password_file, salt) if password_file else None,
-    )  # fmt: skip
+    request = dataclasses.replace(request, image=ref)
     card = export.export(request, say=_say)
     typer.echo(str(card.path))
     _say(

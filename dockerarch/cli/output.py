@@ -1,4 +1,4 @@
-"""Plain-text tables for the listing commands."""
+"""Plain-text output of the commands: progress lines, and tables for the listing commands."""
 
 from __future__ import annotations
 
@@ -12,3 +12,10 @@ def columns(rows: Sequence[tuple[str, ...]]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
         for row in rows
     )
+
+
+def say(line: str) -> None:
+    """One progress line on stderr, indented under the command's own output."""
+    import typer
+
+    typer.echo(f"  {line}", err=True)

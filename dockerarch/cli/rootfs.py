@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-
-def _say(line: str) -> None:
-    typer.echo(f"  {line}", err=True)
+from dockerarch.cli.output import say as _say
 
 
 def export_rootfs(
