@@ -262,7 +262,21 @@ def _store_size(state_dir: Path) -> str:
     )
 
 
-def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
+def _cache_limit(state_dir: Path | None) -> str:
+    """The build cache limit setup-host gave dockerd (its dockerd.json), or "" when none."""
+    import json
+
+    if state_dir is None:
+        return ""
+    try:
+        gc = json.loads((state_dir / "dockerd.json").read_text())["builder"]["gc"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    limit = gc.get("defaultKeepStorage") if isinstance(gc, dict) and gc.get("enabled") else None
+    return f" of its {limit} limit" if isinstance(limit, str) else ""
+
+
+def check_disk(daemon_ok: bool, min_free_gib: float, state_dir: Path | None = None) -> CheckResult:
     name = "disk space"
     if not daemon_ok:
         return _skipped(name, "the daemon does not answer", "Fix the docker daemon check first.")
@@ -274,7 +288,8 @@ def check_disk(daemon_ok: bool, min_free_gib: float) -> CheckResult:
     detail = f"{free:.1f} GiB free under {root}"
     cache = engine.build_cache_size()
     if cache:
-        detail += f"; BuildKit's cache there holds {machineimages.gigabytes(cache)}"
+        detail += (f"; BuildKit's cache there holds {machineimages.gigabytes(cache)}"
+                   f"{_cache_limit(state_dir)}")  # fmt: skip
     if free < min_free_gib:
         return _failed(
             name,
@@ -329,7 +344,7 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         _guarded("registry", lambda: check_registry(registry)),
         _guarded("package index", lambda: check_index(registry)),
         _guarded("compiler cache", lambda: check_compiler_cache(registry, state_dir())),
-        _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib)),
+        _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib, state_dir())),
         _guarded("machine images", lambda: check_machine_images(daemon.ok)),
     ]
     return results

@@ -167,6 +167,64 @@ def build_cache_size() -> int | None:
     return int(size) if size is not None else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class CacheRecord:
+    """One record of BuildKit's cache, as 'docker buildx du --verbose' lists it."""
+
+    id: str
+    description: str
+    size: str  # as buildx prints it ("1.426GB")
+    reclaimable: bool  # false while a build holds it
+
+
+def parse_cache_records(text: str) -> list[CacheRecord]:
+    """The records of 'docker buildx du --verbose': blocks of "Key:<tabs>value" lines, one blank
+    line between blocks (the API has them, but python-on-whales does not read them)."""
+    records = []
+    for block in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key and not key.startswith((" ", "\t")):
+                fields.setdefault(key.strip(), value.strip())
+        if re.fullmatch(r"[a-z0-9]{10,64}", fields.get("ID", "")):
+            records.append(CacheRecord(id=fields["ID"], description=fields.get("Description", ""),
+                                       size=fields.get("Size", ""),
+                                       reclaimable=fields.get("Reclaimable", "true") == "true"))  # fmt: skip
+    return records
+
+
+def cache_records() -> list[CacheRecord]:
+    """Every record of the default builder's cache."""
+    from python_on_whales.exceptions import DockerException
+    from python_on_whales.utils import run
+
+    try:
+        text = run([*client().docker_cmd, "buildx", "du", "--verbose"])
+    except DockerException as exc:
+        raise EngineError(
+            f"'docker buildx du' failed: {_whales_error(exc)}", fix=START_HINT
+        ) from exc
+    return parse_cache_records(str(text or ""))
+
+
+def drop_cache_records(*markers: str) -> list[CacheRecord]:
+    """Remove from BuildKit's cache the records whose description holds one of ``markers`` (a
+    build's one-off steps, which no later build can use); records a running build holds stay.
+    The engine's filter matches ids only, so the ids are listed first."""
+    from python_on_whales.exceptions import DockerException
+
+    found = [r for r in cache_records()
+             if r.reclaimable and any(m in r.description for m in markers)]  # fmt: skip
+    if found:
+        ids = "|".join(re.escape(r.id) for r in found)
+        try:
+            client().buildx.prune(all=True, filters={"id": f"^({ids})$"})
+        except DockerException as exc:
+            raise EngineError(f"'docker buildx prune' failed: {_whales_error(exc)}") from exc
+    return found
+
+
 def docker_root_dir() -> str:
     from python_on_whales.exceptions import DockerException
 

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,11 @@ _KEY = re.compile(
     r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( .*)?$"
 )
 _TOO_SMALL = re.compile(r"dockerarch-card: too-small (\d+)")
+# Names one export-img's own build steps (assemble, out) in BuildKit's cache, which they leave
+# once the image is out: each holds a whole image, and no later build can use them.
+RUN_MARKER = "dockerarch-card-run-"
+# The same steps as dockerarch 0.1's first cards named them (no run marker), left by those.
+_OLD_RUN_STEPS = ("sh /run/dockerarch/card/assemble /card /out", "COPY --from=assemble /out/ /")
 
 
 class CardError(DockerarchError):
@@ -220,7 +226,7 @@ def source_date_epoch(labels: dict[str, str]) -> int:
 
 
 def render(request: CardRequest, ids: layout.Identities, epoch: int,
-           vendor_boot: VendorBoot | None = None) -> str:  # fmt: skip
+           vendor_boot: VendorBoot | None = None, run: str = RUN_MARKER + "0") -> str:  # fmt: skip
     from dockerarch import render as render_module
     from dockerarch.targets import load_targets
 
@@ -238,7 +244,7 @@ def render(request: CardRequest, ids: layout.Identities, epoch: int,
         vendor_kernel=(vendor_boot.kernel_release or "") if vendor_boot and vendor_boot.tree else "",
         tools_base=tools.base_image, tools_packages=list(TOOLS_PACKAGES),
         align_mib=layout.ALIGN_MIB, boot_mib=layout.BOOT_MIB, size_mib=request.size_mib,
-        source_date_epoch=epoch,
+        source_date_epoch=epoch, run=run,
     )  # fmt: skip
 
 
@@ -292,6 +298,8 @@ def export(request: CardRequest, say: Say) -> Card:
     from dockerarch.targets import load_targets
 
     ensure_base(load_targets()[TOOLS_TARGET], say)  # the card tools' base
+    # what cards whose command was killed left in BuildKit's cache (a running one's stay)
+    engine.drop_cache_records(RUN_MARKER, *_OLD_RUN_STEPS)
     made_of = inputs(request, image_id)
     for stale in abandoned_work_dirs(request.out.parent, request.out.name):
         shutil.rmtree(stale, ignore_errors=True)  # a card whose command was killed
@@ -317,13 +325,17 @@ def export(request: CardRequest, say: Say) -> Card:
         context.mkdir()
         write_context(context, request, ids, vendor_boot)
         shutil.rmtree(work / "vendor", ignore_errors=True)  # a decompressed image
-        (context / "Dockerfile").write_text(render(request, ids, epoch, vendor_boot))
+        run = RUN_MARKER + uuid.uuid4().hex
+        (context / "Dockerfile").write_text(render(request, ids, epoch, vendor_boot, run))
         log = work / "build.log"
         say(
             f"{request.board.name} card from {request.image} ({request.target.name}): "
             f"disk id {ids.disk_id}, root PARTUUID {ids.root_partuuid}"
         )
-        _build(context, output, log, host_ca_bundle(), say)
+        try:
+            _build(context, output, log, host_ca_bundle(), say)
+        finally:
+            engine.drop_cache_records(run)
         card = json.loads((output / "card.json").read_text())
         image = output / "card.img"
         process.run(["fallocate", "--dig-holes", str(image)], timeout=600)  # sparse again
@@ -350,10 +362,8 @@ def export(request: CardRequest, say: Say) -> Card:
 
 
 def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> None:
-    import uuid
-
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="out",
-                            output_dir=output, build_args={"DOCKERARCH_RUN": uuid.uuid4().hex},
+                            output_dir=output,
                             secrets=(f"id=ca-bundle,src={ca}",) if ca else ())  # fmt: skip
     stage_re = re.compile(r"^#\d+ \[(system|boot|card|tools|assemble)[ \]]")
     said: set[str] = set()

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch.card import boards, boot
+from dockerarch import engine
+from dockerarch.card import boards, boot, export
 
 from .conftest import REPO, dockerarch
 
@@ -85,6 +86,9 @@ def test_the_same_inputs_make_the_same_card_byte_for_byte(cards: tuple[Path, Pat
     assert str(first) in done.stdout  # type: ignore[attr-defined]
     # sparse: the file takes far less than its size on disk
     assert first.stat().st_blocks * 512 < first.stat().st_size * 0.9
+    # and nowhere else: the steps that held the image are out of BuildKit's cache
+    left = [r.description for r in engine.cache_records() if export.RUN_MARKER in r.description]
+    assert not left, left
 
 
 def test_the_card_has_what_a_pi_3b_s_firmware_reads(cards: tuple[Path, Path, object]) -> None:

@@ -148,6 +148,11 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
     assert "sh /run/dockerarch/boot non-free-firmware 'mmc_block" in raspi
     assert "linux-image-arm64 raspi-firmware" in raspi and "BOOT_IMAGE" not in raspi
     assert f"DISK_ID={ids.disk_id}" in raspi and "SOURCE_DATE_EPOCH=1700000000" in raspi
+    # the run's own steps name it, so that export-img can take them out of BuildKit's cache
+    run = export.RUN_MARKER + "f00d"
+    named = export.render(request(tmp_path), ids, 1700000000, run=run)
+    assert f"assemble /card /out/{run}" in named and f"COPY --from=assemble /out/{run}/ /" in named
+    assert named.replace(run, export.RUN_MARKER + "0") == raspi
     # the system stage is the same text whatever the card: its cache serves every card of the image
     other = export.render(request(tmp_path, hostname="other"), layout.identities("ef" * 32), 1)
     assert raspi.split("FROM system AS boot")[0] == other.split("FROM system AS boot")[0]

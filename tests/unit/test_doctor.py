@@ -108,6 +108,14 @@ def test_low_disk_says_how_much_buildkit_s_cache_holds(
     assert (
         result.fix is not None and "'docker builder prune' empties BuildKit's cache" in result.fix
     )
+    # with the limit setup-host gave dockerd
+    (tmp_path / "dockerd.json").write_text(
+        '{"builder": {"gc": {"enabled": true, "defaultKeepStorage": "40GB"}}}'
+    )
+    result = doctor.check_disk(True, min_free_gib=0, state_dir=tmp_path)
+    assert result.ok and result.detail.endswith("holds 12.3 GB of its 40GB limit")
+    (tmp_path / "dockerd.json").write_text("{not json")
+    assert doctor.check_disk(True, 0, tmp_path).detail.endswith("holds 12.3 GB")
 
 
 def test_a_crashing_check_still_yields_a_row() -> None:
