@@ -29,6 +29,7 @@ from dockerarch.config import RegistryConfig
 from dockerarch.errors import UsageError
 from dockerarch.files import sha256_file, write_atomic
 from dockerarch.render import RenderRequest
+from dockerarch.sets.wanted import SetRequest
 from dockerarch.targets import BoardTarget
 
 Say = Callable[[str], None]
@@ -60,9 +61,13 @@ def repository_name(name: str) -> str:
 
 
 def userland_image(board: BoardTarget, *, recipe: str | None, image: str | None,
-                   version: str | None, package: str | None, out: Path) -> str:  # fmt: skip
+                   version: str | None, package: str | None, out: Path,
+                   wanted: SetRequest | None = None) -> str:  # fmt: skip
     """The image a root filesystem or card is made from: RECIPE's verified build result in
-    ``out`` for ``board``, or a local ``image`` of the board's platform."""
+    ``out`` for ``board``, the set ``wanted`` (build wheel -r) installed and checked, or a local
+    ``image`` of the board's platform."""
+    if wanted is not None:
+        return set_image(board, recipe or "wheel", wanted, out)
     if recipe is not None:
         from dockerarch.render import plan
 
@@ -77,6 +82,41 @@ def userland_image(board: BoardTarget, *, recipe: str | None, image: str | None,
         raise UsageError(f"{image} is a {platform} image, not {board.platform} ({board.name})",
                          fix="Give an image of the target's platform.")  # fmt: skip
     return image
+
+
+def set_image(board: BoardTarget, recipe: str, wanted: SetRequest, out: Path) -> str:
+    """The image ``build wheel -r`` installed ``board``'s set into and checked (its manifest's
+    ``image``), while the engine's tag still names that image and the files ask what the set
+    was made from."""
+    from dockerarch.sets.wanted import set_requests, sets_of
+
+    requests = set_requests(recipe, wanted, arch=None, target=board.name, settings={})
+    [(target, directory)] = sets_of(requests, wanted, out)
+    files = " ".join(f"-r {f}" for f in wanted.requirement_files)
+    rebuild = (f"dockerarch build wheel {files}{f' --name {wanted.name}' if wanted.name else ''} "
+               f"--target {target.name} --out {out}")  # fmt: skip
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"There is no set {wanted.set_name} for {target.name} in {out} "
+                         f"({directory / 'manifest.json'} is missing or unreadable)",
+                         fix=f"Build it first: {rebuild}") from None  # fmt: skip
+    record = manifest.get("image")
+    if not isinstance(record, dict) or not record.get("tag") or not record.get("id"):
+        raise UsageError(f"The set {directory} records no image it was installed into (made by "
+                         "an older dockerarch, or with --no-smoke)",
+                         fix=f"Build it again: {rebuild}") from None  # fmt: skip
+    tag, image_id = str(record["tag"]), str(record["id"])
+    if record.get("engine"):
+        raise UsageError(f"The set's image {tag} is on the builder node {record['engine']}, "
+                         "not in this machine's engine",
+                         fix=f"Build the set here (--builder qemu): {rebuild}")  # fmt: skip
+    local = engine.image_labels(tag)
+    if local is None or local[0] != image_id:
+        now = "is not in the engine" if local is None else f"is now image {local[0][:19]}"
+        raise UsageError(f"The set's image {tag} {now}, not the {image_id[:19]} that "
+                         f"{directory / 'manifest.json'} records", fix=f"Build it again: {rebuild}")  # fmt: skip
+    return tag
 
 
 def find_built(requests: list[RenderRequest], out: Path, verb: str = "push") -> list[Built]:

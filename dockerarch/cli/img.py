@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli import options
 from dockerarch.cli.output import say as _say
 
 
@@ -38,6 +39,8 @@ def export_img(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
         "dist"
     ),
+    requirement: options.Requirement = None,
+    set_name: options.SetName = None,
     hostname: Annotated[str, typer.Option("--hostname", help="The board's host name.")] = "board",
     user: Annotated[
         str | None, typer.Option("--user", help="The user who logs in (the board's usual one: pi).")
@@ -119,8 +122,9 @@ def export_img(
     )  # fmt: skip
     request.check()
     export.check_outputs(request)
+    wanted = options.userland_set(requirement, set_name, image)
     ref = userland_image(chosen[0], recipe=None if image else args[0], image=image,
-                         version=version, package=package, out=out)  # fmt: skip
+                         version=version, package=package, out=out, wanted=wanted)  # fmt: skip
     import dataclasses
 
     request = dataclasses.replace(request, image=ref)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from dockerarch.sets.wanted import SetRequest
 
 Source = Annotated[
     str | None,
@@ -33,7 +36,8 @@ Settings = Annotated[
 ]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")]
 
-# A wheel set (build wheel -r, upload wheel -r): pip's own options where pip has them.
+# A wheel set (build wheel -r, upload wheel -r, export-rootfs/export-img wheel -r): pip's own
+# options where pip has them.
 Requirement = Annotated[
     list[Path] | None,
     typer.Option(
@@ -42,7 +46,8 @@ Requirement = Annotated[
         help="wheel recipe: a requirements file, for the set of every wheel the board needs "
         "(each dependency and build requirement built once per target, or fetched as a wheel "
         "that fits the board): build makes it in OUT/<target>/sets/<name>/, upload publishes "
-        "it; repeatable, mixes with --package.",
+        "it, export-rootfs and export-img put the image it was checked in on a board; "
+        "repeatable, mixes with --package.",
     ),
 ]
 SetName = Annotated[
@@ -120,3 +125,20 @@ TestSources = Annotated[
     Path | None,
     typer.Option("--test-sources", help="With --test: the directory {project} names (default: .)."),
 ]
+
+
+def userland_set(requirement: list[Path] | None, set_name: str | None,
+                 image: str | None) -> SetRequest | None:  # fmt: skip
+    """The set export-rootfs and export-img take the userland from (-r, --name), if any."""
+    from dockerarch.errors import UsageError
+    from dockerarch.sets.wanted import SetRequest
+
+    if not requirement:
+        if set_name:
+            raise UsageError("--name names a set, and no -r was given",
+                             fix="Give the requirements files the set was built from: -r FILE.")  # fmt: skip
+        return None
+    if image:
+        raise UsageError("-r and --image each say what the userland is",
+                         fix="Give one: the set built from -r FILE, or --image REF.")  # fmt: skip
+    return SetRequest(requirement_files=list(requirement), name=set_name)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from dockerarch.cli import options as cli_options
 from dockerarch.cli.output import say as _say
 
 
@@ -32,6 +33,8 @@ def export_rootfs(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where build put its results.")] = Path(
         "dist"
     ),
+    requirement: cli_options.Requirement = None,
+    set_name: cli_options.SetName = None,
     client: Annotated[
         str, typer.Option("--client", help="Who may mount it: a network (CIDR), a host, or *.")
     ] = "*",
@@ -76,13 +79,14 @@ def export_rootfs(
     options = rootfs.ExportOptions(client=client, server=server, hostname=hostname, force=force,
                                    caps_as_setuid=caps_as_setuid)  # fmt: skip
     options.check()  # all of it before the engine is asked anything
+    the_set = cli_options.userland_set(requirement, set_name, image)
     if dest is not None:
         rootfs.check_replaceable(Path(os.path.abspath(dest)), force)
     engine.daemon_info()
     from dockerarch.publish import userland_image
 
     ref = userland_image(board, recipe=recipe, image=image, version=version, package=package,
-                         out=out)  # fmt: skip
+                         out=out, wanted=the_set)  # fmt: skip
     if tarball is not None:
         done = rootfs.write_tarball(ref, tarball.absolute(), options, say=_say)
     else:

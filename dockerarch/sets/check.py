@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from dockerarch.artifacts import ArtifactReport
-from dockerarch.build import Progress
+from dockerarch.build import Job, Progress
 from dockerarch.buildsteps import BuildOptions, JobState
 from dockerarch.errors import DockerarchError
 from dockerarch.files import link_or_copy, make_work_dir
@@ -34,7 +34,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
     the user's tests (--test, with --test-requires installed beside the set), under QEMU. Its log
     is the set's check.log."""
     from dockerarch import buildsteps
-    from dockerarch.build import Job, plan_accel
+    from dockerarch.build import plan_accel
     from dockerarch.builders import route
     from dockerarch.recipes import PackageSpec
 
@@ -49,6 +49,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
     if member is not None and image is not None and job.engine.image_labels(image, routed.context):
         tag = buildsteps.image_tag(request, made.target)
         job.engine.tag_image(image, tag, routed.context)
+        made.image = _image_record(job, tag, routed.context)
         made.check = str((member.record or {}).get("smoke") or "")
         others = [str(n) for n in (member.record or {}).get("installed_with") or []]  # type: ignore[attr-defined]
         rest = f", with the rest of the set: {len(others)} wheels" if others else ""
@@ -97,11 +98,22 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 made.needs_apt = sorted(set(made.needs_apt) | set(state.needs_apt))
             if wanted.test_command:
                 made.tests = run_tests(state, wanted, log)
+            if state.image_tag:
+                made.image = _image_record(job, state.image_tag, routed.context)
     finally:
         if (work / "check.log").is_file():
             shutil.copyfile(work / "check.log", landing / "check.log")
         shutil.rmtree(work, ignore_errors=True)
         job.work = None
+
+
+def _image_record(job: Job, tag: str, context: str | None) -> dict[str, str] | None:
+    """The checked image as the set's manifest records it (export-rootfs and export-img -r take
+    it from there, and refuse it once the tag names another image)."""
+    found = job.engine.image_labels(tag, context)
+    if found is None:
+        return None
+    return {"tag": tag, "id": found[0], **({"engine": context} if context else {})}
 
 
 def set_runtime_image(made: TargetSet, wanted: SetRequest,

@@ -65,6 +65,7 @@ class TargetSet:
     directory: Path | None = None  # the written set
     check: str | None = None  # what the installed set's import printed
     tests: str | None = None  # what the user's tests printed last
+    image: dict[str, str] | None = None  # the set installed and checked: tag, id, engine
     started: float = field(default_factory=time.monotonic)
     needs_apt: list[str] = field(default_factory=list)
     seconds: float = 0.0

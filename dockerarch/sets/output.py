@@ -90,6 +90,7 @@ def write_set(made: TargetSet, out: Path, name: str, wants: Wants,
         "distributions": entries,
         "needs_apt": made.needs_apt,
         "installed_check": made.check,
+        "image": made.image,  # the set installed and checked, for export-rootfs/export-img -r
         "tests": made.tests,
         "fetched": sum(1 for e in entries if e["how"] == "fetched"),
         "built": sum(1 for e in entries if e["how"] == "built"),

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import tarfile
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -225,6 +226,32 @@ def test_the_set_s_image_is_unpacked_by_the_native_uv(
                            "dockerarch/requirements:set-debian-armv7", "python3", "-B", "-c", script],
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert done.stdout.split() == ["uv", "True", "True"], done.stdout + done.stderr
+
+
+def test_the_set_s_checked_image_is_the_root_export_rootfs_writes(
+    built: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """export-rootfs (and export-img) -r FILE: the image the set was installed into and checked,
+    found by the set's files, as its manifest records it."""
+    out, _ = built
+    record = json.loads((set_dir(out) / "manifest.json").read_text())["image"]
+    assert record["tag"] == "dockerarch/requirements:set-debian-armv7"
+    assert record["id"].startswith("sha256:")
+    tarball = tmp_path / "root.tar"
+    done = dockerarch("export-rootfs", "wheel", "-r", str(out / "requirements.txt"), "--arch",
+                      "armv7", "--out", str(out), "--tarball", str(tarball), timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    for module in ("a_pkg/__init__.py", "b_pkg/__init__.py", "c_mod.py"):
+        assert any(n.endswith(f"site-packages/{module}") for n in names), module
+    # the files ask for something else now: refused, naming the difference
+    changed = tmp_path / "requirements.txt"
+    changed.write_text((out / "requirements.txt").read_text() + f"{C}\n")
+    done = dockerarch("export-rootfs", "wheel", "-r", str(changed), "--arch", "armv7", "--out",
+                      str(out), "--tarball", str(tmp_path / "other.tar"))  # fmt: skip
+    assert done.returncode == 2 and "built from other requirements" in " ".join(done.stderr.split())
+    assert not (tmp_path / "other.tar").exists()
 
 
 def test_a_second_run_builds_nothing_again(

@@ -205,3 +205,37 @@ def test_a_python_without_tarfile_filters_is_refused_before_any_work(
     code, _, err = run(["targets"], capsys)
     assert code != 0 and "no tarfile extraction filters (PEP 706)" in err
     assert "Traceback" not in err
+
+
+def test_a_set_for_a_board_is_found_by_its_files_and_checked_before_the_engine(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import json
+
+    req = tmp_path / "board.txt"
+    req.write_text("zstandard==0.23.0\n")
+    key = tmp_path / "id.pub"
+    key.write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBv3c8Z1mJpJ3T8d5l4QmKq9pQ2l0yE0Yx7Yv1b2c3d4\n"
+    )
+    out = tmp_path / "dist"
+    card = ["export-img", "wheel", "-r", str(req), "--arch", "armv7", "--out", str(out),
+            "--ssh-key", str(key), str(tmp_path / "pi.img")]  # fmt: skip
+    for argv, words in (
+        (card, f"There is no set board for debian-armv7 in {out} "),
+        ([card[0], *card[2:], "--image", "x:1"], "-r and --image each say what the userland is"),
+        ([*card[:2], *card[4:], "--name", "board"], "--name names a set, and no -r was given"),
+    ):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and words in " ".join(err.split()), (argv, err)
+        assert "Traceback" not in err
+    # a set made before this dockerarch recorded its image, or from other requirements
+    where = out / "debian-armv7" / "sets" / "board"
+    where.mkdir(parents=True)
+    (where / "manifest.json").write_text(json.dumps({"requirements": ["zstandard==0.23.0 (x:1)"]}))
+    code, _, err = run(card, capsys)
+    assert code == 2 and "records no image it was installed into" in " ".join(err.split()), err
+    req.write_text("zstandard==0.22.0\n")
+    code, _, err = run(card, capsys)
+    assert code == 2 and "was built from other requirements" in " ".join(err.split()), err
+    assert "+zstandard==0.22.0" in err and not (tmp_path / "pi.img").exists()
