@@ -244,7 +244,7 @@ def test_the_set_s_checked_image_is_the_root_export_rootfs_writes(
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
     for module in ("a_pkg/__init__.py", "b_pkg/__init__.py", "c_mod.py"):
-        assert any(n.endswith(f"site-packages/{module}") for n in names), module
+        assert any(n.endswith(f"-packages/{module}") for n in names), module
     # the files ask for something else now: refused, naming the difference
     changed = tmp_path / "requirements.txt"
     changed.write_text((out / "requirements.txt").read_text() + f"{C}\n")
