@@ -74,6 +74,15 @@ def test_stop_then_start_again() -> None:
         assert "done           registry started at" in again.stdout
     if started_here["index"]:
         assert "done           package index started at" in again.stdout
+    if started_here["dockerd"]:
+        # the engine's build cache is bounded: the builder's garbage collector is on, at the limit
+        limit = os.environ.get("DOCKERARCH_BUILD_CACHE_MAX_SIZE", "40G")
+        assert f"build cache kept under {limit}" in again.stdout
+        rules = subprocess.run(["docker", "buildx", "inspect"], capture_output=True, text=True,
+                               timeout=60, check=True).stdout  # fmt: skip
+        assert "GC Policy rule#0" in rules and "Keep Bytes" in rules, rules
+        if limit == "40G":
+            assert "Keep Bytes:    40GiB" in rules, rules
     if started_here["ccache"]:
         assert "done           compiler cache started at" in again.stdout
         assert (
@@ -170,6 +179,12 @@ def test_registry_and_index_addresses_for_boards() -> None:
     assert "stopped ccache-sweep (pid" in stopped.stdout
     assert "stopped registry (pid" in stopped.stdout
     assert "dockerd is not running from here" in stopped.stdout  # the main engine is untouched
+
+
+def test_bad_build_cache_size() -> None:
+    done = setup_host("--build-cache-max-size", "lots")
+    assert done.returncode == 2
+    assert "the build cache size 'lots' is not a size (like 40G" in done.stderr
 
 
 def test_bad_index_address() -> None:
