@@ -20,7 +20,8 @@ BOOT_KINDS = ("debian-raspi", "vendor")
 FIELDS = ("description", "targets", "boot", "kernel", "device_tree", "initramfs_modules",
           "console", "user", "qemu", "vendor_files", "boot_mount")  # fmt: skip
 OPTIONAL = ("qemu", "kernel", "device_tree", "initramfs_modules", "vendor_files", "boot_mount")
-QEMU_FIELDS = ("system", "machine", "memory", "console", "serial_port", "device_tree")
+QEMU_FIELDS = ("system", "machine", "memory", "console", "serial_port", "device_tree",
+               "append")  # fmt: skip
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MODULE = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONSOLE = re.compile(r"^tty[A-Za-z]+[0-9]+(,[0-9]+)?$")
@@ -36,6 +37,7 @@ class Qemu:
     console: str
     serial_port: int = 0  # which of the machine's UARTs the console is
     device_tree: str | None = None  # another device tree than the board's (raspi2b for armv7)
+    append: str = ""  # kernel parameters the emulated machine needs besides the card's own
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def _build(name: str, body: Mapping[str, Any], source: str) -> Board:
             memory=str(entry.get("memory", "1G")), console=str(entry.get("console", "")),
             serial_port=int(entry.get("serial_port", 0)),
             device_tree=str(entry["device_tree"]) if entry.get("device_tree") else None,
+            append=str(entry.get("append") or ""),
         )  # fmt: skip
     return Board(
         name=name, description=str(body["description"]),

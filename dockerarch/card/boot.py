@@ -27,6 +27,7 @@ Say = Callable[[str], None]
 PROMPT = "dockerarch-prompt# "  # the shell's prompt while commands run
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the shell's terminal codes (bracketed paste)
 HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
+EMERGENCY = r"You are in emergency mode"  # systemd gave up booting (a device, a mount)
 
 
 class BootError(DockerarchError):
@@ -70,7 +71,7 @@ def boot_files(card: Path, manifest: dict[str, Any], qemu: Qemu, board: Board,
         read_boot_file(card, manifest, "cmdline.txt", work / "cmdline.txt").read_text().strip()
     )
     cmdline = " ".join(w for w in cmdline.split() if not w.startswith("console="))
-    cmdline += f" console={qemu.console},115200"
+    cmdline += f" console={qemu.console},115200" + (f" {qemu.append}" if qemu.append else "")
     return (read_boot_file(card, manifest, kernel.group(1), work / "kernel"),
             read_boot_file(card, manifest, qemu.device_tree or board.device_tree, work / "board.dtb"),
             read_boot_file(card, manifest, initramfs.group(1), work / "initrd"), cmdline)  # fmt: skip
@@ -123,7 +124,13 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
     child.logfile_read = log
     booted = Booted()
     try:
-        _expect(child, r"login: ", "the login prompt on the serial console")
+        # systemd's emergency mode never shows a login prompt: said at once, not after timeout
+        if _expect(child, [r"login: ", EMERGENCY], "the login prompt on the serial console"):
+            child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=5)  # what it printed next
+            failed = re.findall(r"Dependency failed for .*|Timed out waiting for .*",
+                                ESCAPES.sub("", (work / "console.log").read_text(errors="replace")))  # fmt: skip
+            raise BootError("The card's system went into emergency mode"
+                            + (f": {'; '.join(f.strip() for f in failed[:3])}" if failed else ""))  # fmt: skip
         booted.seconds_to_login = time.monotonic() - started
         say(f"login prompt after {booted.seconds_to_login:.0f} s")
         child.sendline(user)
@@ -151,11 +158,12 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
     return booted
 
 
-def _expect(child: object, pattern: str, what: str) -> None:
+def _expect(child: object, pattern: str | list[str], what: str) -> int:
+    """Which of ``pattern`` the console showed (its index)."""
     import pexpect
 
     try:
-        child.expect(pattern)  # type: ignore[attr-defined]
+        return int(child.expect(pattern))  # type: ignore[attr-defined]
     except pexpect.TIMEOUT:
         raise BootError(f"The card did not show {what} in time") from None
     except pexpect.EOF:

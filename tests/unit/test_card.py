@@ -116,9 +116,12 @@ def test_a_project_s_boards_file_changes_and_adds_boards(tmp_path: Path) -> None
                    "    targets: [debian-aarch64]\n    boot: debian-raspi\n"
                    "    kernel: {aarch64: linux-image-arm64}\n    device_tree: x.dtb\n"
                    "    initramfs_modules: [ext4]\n    console: ttyAMA0,115200\n    user: me\n")  # fmt: skip
+    own.write_text(own.read_text() + "    qemu:\n      aarch64: {system: qemu-system-aarch64, "
+                   "machine: virt, console: ttyAMA0, append: maxcpus=2 quiet}\n")  # fmt: skip
     found = boards.load_boards(own)
     assert found["rpi3b"].user == "alice" and found["rpi3b"].device_tree == "bcm2837-rpi-3-b.dtb"
     assert found["mine"].kernel == {"aarch64": "linux-image-arm64"}
+    assert found["mine"].qemu["aarch64"].append == "maxcpus=2 quiet"  # beside the card's cmdline
     own.write_text("boards:\n  rpi3b:\n    bootloader: x\n")
     with pytest.raises(ConfigError) as raised:
         boards.load_boards(own)
