@@ -160,36 +160,6 @@ def test_the_card_boots_under_qemu_and_is_what_was_asked(cards: tuple[Path, Path
     )
 
 
-def test_an_armv7_card_boots_under_qemu_raspi2b(
-    demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path, tmp_path: Path
-) -> None:
-    """The armv7 userland on the same board: Debian's armmp kernel and the Pi 2's device tree
-    (QEMU has no 32-bit raspi3b) read out of the card's own boot partition. The aarch64 boot
-    above checks everything the card promises; this one that the armv7 card boots and runs the
-    demo's armv7 wheel, and what its first boot did."""
-    out, _ = demo_dist
-    card = tmp_path / "card" / "pi32.img"
-    card.parent.mkdir()
-    done = export_img("wheel", "--package", "zstandard==0.23.0", "--arch", "armv7", "--out",
-                      str(out), "--hostname", "card-armv7", "--ssh-key", str(key / "id.pub"),
-                      "--password-file", str(key / "password"), str(card))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    commands = [
-        "python3 -c 'import zstandard, platform; print(zstandard.__version__, platform.machine())'",
-        "hostname",
-        "cat /var/lib/dockerarch/firstboot-done",
-    ]
-    booted = boot.boot(card, boards.load_boards()["rpi3b"], "armv7", user="pi", password=PASSWORD,
-                       commands=commands, work=tmp_path, say=lambda _: None, timeout=1200)  # fmt: skip
-    assert booted.outputs[commands[0]] == "0.23.0 armv7l"
-    assert booted.outputs[commands[1]] == "card-armv7" and booted.outputs[commands[2]]
-    assert "dockerarch-firstboot: root /dev/mmcblk0p2 grown" in booted.console
-    print(
-        f"\narmv7 boot: login prompt after {booted.seconds_to_login:.0f} s, powered off after "
-        f"{booted.seconds_to_poweroff:.0f} s"
-    )
-
-
 def test_bad_input_is_one_paragraph_before_anything_is_made(cards: tuple[Path, Path, object], key: Path,
                                                             tmp_path: Path) -> None:  # fmt: skip
     existing = cards[0]
