@@ -208,14 +208,13 @@ def cache_records() -> list[CacheRecord]:
     return parse_cache_records(str(text or ""))
 
 
-def drop_cache_records(*markers: str) -> list[CacheRecord]:
-    """Remove from BuildKit's cache the records whose description holds one of ``markers`` (a
-    build's one-off steps, which no later build can use); records a running build holds stay.
-    The engine's filter matches ids only, so the ids are listed first."""
+def drop_cache_records(marker: str) -> list[CacheRecord]:
+    """Remove from BuildKit's cache the records whose description holds ``marker`` (a build's
+    one-off steps, which no later build can use); records a running build holds stay. The
+    engine's filter matches ids only, so the ids are listed first."""
     from python_on_whales.exceptions import DockerException
 
-    found = [r for r in cache_records()
-             if r.reclaimable and any(m in r.description for m in markers)]  # fmt: skip
+    found = [r for r in cache_records() if r.reclaimable and marker in r.description]
     if found:
         ids = "|".join(re.escape(r.id) for r in found)
         try:

@@ -105,7 +105,7 @@ def set_image(board: BoardTarget, recipe: str, wanted: SetRequest, out: Path) ->
     if not isinstance(record, dict) or not record.get("tag") or not record.get("id"):
         raise UsageError(f"The set {directory} records no image it was installed into (made by "
                          "an older dockerarch, or with --no-smoke)",
-                         fix=f"Build it again: {rebuild}") from None  # fmt: skip
+                         fix=f"Build it again: {rebuild}")  # fmt: skip
     tag, image_id = str(record["tag"]), str(record["id"])
     if record.get("engine"):
         raise UsageError(f"The set's image {tag} is on the builder node {record['engine']}, "

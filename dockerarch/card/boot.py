@@ -25,7 +25,8 @@ from dockerarch.errors import DockerarchError, UsageError
 
 Say = Callable[[str], None]
 PROMPT = "dockerarch-prompt# "  # the shell's prompt while commands run
-ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the shell's terminal codes (bracketed paste)
+# the shell's terminal codes (bracketed paste), and systemd's colours cut short by "…"
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*(?:[A-Za-z]|(?=…))")
 HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
 EMERGENCY = r"You are in emergency mode"  # systemd gave up booting (a device, a mount)
 

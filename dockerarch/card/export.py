@@ -61,8 +61,6 @@ _TOO_SMALL = re.compile(r"dockerarch-card: too-small (\d+)")
 # Names one export-img's own build steps (assemble, out) in BuildKit's cache, which they leave
 # once the image is out: each holds a whole image, and no later build can use them.
 RUN_MARKER = "dockerarch-card-run-"
-# The same steps as dockerarch 0.1's first cards named them (no run marker), left by those.
-_OLD_RUN_STEPS = ("sh /run/dockerarch/card/assemble /card /out", "COPY --from=assemble /out/ /")
 
 
 class CardError(DockerarchError):
@@ -299,7 +297,7 @@ def export(request: CardRequest, say: Say) -> Card:
 
     ensure_base(load_targets()[TOOLS_TARGET], say)  # the card tools' base
     # what cards whose command was killed left in BuildKit's cache (a running one's stay)
-    engine.drop_cache_records(RUN_MARKER, *_OLD_RUN_STEPS)
+    engine.drop_cache_records(RUN_MARKER)
     made_of = inputs(request, image_id)
     for stale in abandoned_work_dirs(request.out.parent, request.out.name):
         shutil.rmtree(stale, ignore_errors=True)  # a card whose command was killed
