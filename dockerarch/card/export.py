@@ -42,7 +42,8 @@ TOOLS_TARGET = "trixie-amd64"  # e2fsprogs 1.47.2: mke2fs -d clamps inode times
 TOOLS_PACKAGES = ("e2fsprogs", "mtools", "dosfstools", "fdisk", "bmaptool", "xz-utils", "zstd",
                   "dpkg")  # fmt: skip
 SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "initramfs-tools",
-                   "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2")  # fmt: skip
+                   "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2",
+                   "systemd-resolved", "systemd-timesyncd")  # fmt: skip
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
 CARD_FILES = (
     "system",
