@@ -138,7 +138,8 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
         _expect(child, r"Password: ", "the password prompt")
         child.sendline(password)
         _expect(child, r"\$ ", "a shell after logging in")
-        child.sendline("PS1='dockerarch''-prompt# '")  # its echo is not the prompt
+        # its echo is not the prompt; systemctl and others page on a terminal (more waits)
+        child.sendline("export SYSTEMD_PAGER=cat PAGER=cat; PS1='dockerarch''-prompt# '")
         _expect(child, re.escape(PROMPT), "the shell's new prompt")
         for command in commands:
             child.sendline(f"{command}; echo dockerarch-status=$?")

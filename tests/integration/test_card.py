@@ -55,15 +55,21 @@ def cards(demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path,
           tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str], Path]:  # fmt: skip
     """The same aarch64 card made twice, into two directories, and an armv7 card made at the same
     time as they are (two export-img runs on one engine, as a user may start them; their
-    system stages, apt under QEMU, share the two cores), each where mounting is impossible."""
+    system stages, apt under QEMU, share the two cores), each where mounting is impossible. The
+    armv7 card is made from a wheel set (`-r`): the demo's own, the image its build installed
+    and checked, found by a requirements file asking for what the demo built."""
     out, _ = demo_dist
-    pi32 = tmp_path_factory.mktemp("armv7") / "pi32.img"
+    where32 = tmp_path_factory.mktemp("armv7")
+    pi32 = where32 / "pi32.img"
+    (where32 / "requirements.txt").write_text("zstandard==0.23.0\n")
+    errors = (where32 / "export-img.err").open("w+")
     armv7 = subprocess.Popen(unprivileged(sys.executable, "-m", "dockerarch", "export-img", "wheel",
-                                          "--package", "zstandard==0.23.0", "--arch", "armv7",
-                                          "--out", str(out), "--hostname", "card-armv7", "--ssh-key",
+                                          "-r", str(where32 / "requirements.txt"), "--name",
+                                          "zstandard", "--arch", "armv7", "--out", str(out),
+                                          "--hostname", "card-armv7", "--ssh-key",
                                           str(key / "id.pub"), "--password-file",
                                           str(key / "password"), str(pi32)),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+                             stdout=subprocess.DEVNULL, stderr=errors, text=True, cwd=REPO)  # fmt: skip
     try:
         made = []
         for name in ("first", "second"):
@@ -74,12 +80,13 @@ def cards(demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path,
                               str(where / "pi.img"))  # fmt: skip
             assert done.returncode == 0, done.stderr[-4000:]
             made.append((where / "pi.img", done))
-        _, errors = armv7.communicate(timeout=3600)
+        armv7.wait(timeout=3600)
     finally:
         if armv7.poll() is None:
             armv7.send_signal(signal.SIGINT)
             armv7.wait(timeout=120)
-    assert armv7.returncode == 0, errors[-4000:]
+        errors.close()
+    assert armv7.returncode == 0, (where32 / "export-img.err").read_text()[-4000:]
     return made[0][0], made[1][0], made[0][1], pi32
 
 
@@ -187,11 +194,13 @@ def test_the_card_boots_under_qemu_and_is_what_was_asked(cards: tuple[Path, Path
 def test_an_armv7_card_boots_under_qemu_raspi2b(cards: tuple[Path, Path, object, Path], tmp_path: Path) -> None:  # fmt: skip
     """The armv7 userland on the same board: Debian's armmp kernel and the Pi 2's device tree
     (QEMU has no 32-bit raspi3b) read out of the card's own boot partition. The aarch64 boot
-    above checks everything the card promises; this one that the armv7 card boots and runs the
-    demo's armv7 wheel, what its first boot did, and that the system waits for its devices (the
+    above checks everything the card promises; this one that the armv7 card, made from a wheel
+    set, boots and runs the set's armv7 wheel, what its first boot did, and that the system waits for its devices (the
     boot partition, the serial console) as long as an emulated kernel needs: it stalls for
     20-25 s at a time here, and systemd's default 90 s ran out in about 3 boots of 8."""
     card = cards[3]
+    inputs = json.loads(card.with_name("pi32.img.manifest.json").read_text())["inputs"]
+    assert inputs["image"] == "dockerarch/zstandard:set-debian-armv7"  # the set's, as checked
     commands = [
         "python3 -c 'import zstandard, platform; print(zstandard.__version__, platform.machine())'",
         "hostname",
