@@ -27,6 +27,8 @@ Say = Callable[[str], None]
 PROMPT = "dockerarch-prompt# "  # the shell's prompt while commands run
 # the shell's terminal codes (bracketed paste), and systemd's colours cut short by "…"
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*(?:[A-Za-z]|(?=…))")
+# what the kernel prints on the console (a soft lockup under TCG) while a command runs
+KERNEL_LINES = re.compile(r"^\[ *\d+\.\d{6}\] .*\n?", re.MULTILINE)
 HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
 EMERGENCY = r"You are in emergency mode"  # systemd gave up booting (a device, a mount)
 
@@ -144,7 +146,7 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
         for command in commands:
             child.sendline(f"{command}; echo dockerarch-status=$?")
             _expect(child, r"dockerarch-status=(\d+)\r*\n", f"the end of `{command}`")
-            text = ESCAPES.sub("", (child.before or "").split("\n", 1)[-1].replace("\r", ""))
+            text = command_output(child.before or "")
             booted.outputs[command] = text.strip()
             if child.match.group(1) != "0":
                 raise BootError(f"`{command}` failed on the booted card: {text.strip()[-800:]}")
@@ -158,6 +160,13 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
         log.close()
         booted.console = (work / "console.log").read_text(errors="replace")
     return booted
+
+
+def command_output(before: str) -> str:
+    """What a command printed on the console: the text after its echoed line, without colour
+    codes, carriage returns or the kernel's console messages (a soft lockup under TCG)."""
+    text = ESCAPES.sub("", before.split("\n", 1)[-1].replace("\r", ""))
+    return KERNEL_LINES.sub("", text)
 
 
 def _expect(child: object, pattern: str | list[str], what: str) -> int:

@@ -165,7 +165,8 @@ def test_the_card_boots_under_qemu_and_is_what_was_asked(cards: tuple[Path, Path
         "cat /var/lib/dockerarch/firstboot-done",
         "findmnt -bno SIZE /",
         "sudo cat /sys/block/mmcblk0/size",
-        "ls /etc/ssh/ssh_host_ed25519_key.pub",
+        "sudo systemctl start ssh.service && systemctl is-active ssh.service",  # it may be starting
+        "ls /etc/ssh/ssh_host_ed25519_key.pub /etc/ssh/ssh_host_rsa_key.pub",
         "readlink /etc/resolv.conf",
         "systemctl is-enabled systemd-resolved systemd-timesyncd systemd-networkd",
     ]
@@ -182,9 +183,10 @@ def test_the_card_boots_under_qemu_and_is_what_was_asked(cards: tuple[Path, Path
     assert int(out[commands[4]]) > manifest["partitions"][1]["size_mib"] * 2**20
     assert int(out[commands[5]]) * 512 == boot.card_size(card.stat().st_size)
     assert "dockerarch-firstboot: root /dev/mmcblk0p2 grown" in booted.console
+    assert out[commands[6]] == "active"
     # a board on a network gets its DNS servers and its clock (it has no RTC) from it
-    assert out[commands[7]] == "../run/systemd/resolve/stub-resolv.conf"
-    assert out[commands[8]].split() == ["enabled"] * 3
+    assert out[commands[8]] == "../run/systemd/resolve/stub-resolv.conf"
+    assert out[commands[9]].split() == ["enabled"] * 3
     print(
         f"\nboot: login prompt after {booted.seconds_to_login:.0f} s, powered off after "
         f"{booted.seconds_to_poweroff:.0f} s"

@@ -173,3 +173,17 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
         system.strip()
         == vendor[vendor.index("FROM --platform") : vendor.index("# What the person")].strip()
     )
+
+
+def test_a_command_s_output_on_the_console_is_what_it_printed() -> None:
+    from dockerarch.card import boot
+
+    echoed = "python3 -c 'import zstandard'; echo dockerarch-status=$?\r\n"
+    printed = (
+        "\x1b[?2004l0.23.0 armv7l\r\n"
+        "[  123.456789] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [systemd-udevd:97]\r\n"
+        "second line\r\n"
+    )
+    assert boot.command_output(echoed + printed) == "0.23.0 armv7l\nsecond line\n"
+    # a line of the command's own that only holds brackets stays
+    assert boot.command_output(echoed + "[1.5] not the kernel\n") == "[1.5] not the kernel\n"
