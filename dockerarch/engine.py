@@ -175,6 +175,7 @@ class CacheRecord:
     description: str
     size: str  # as buildx prints it ("1.426GB")
     reclaimable: bool  # false while a build holds it
+    kind: str = "regular"  # "Type": regular (a step's result), exec.cachemount, source.local, ...
 
 
 def parse_cache_records(text: str) -> list[CacheRecord]:
@@ -190,7 +191,8 @@ def parse_cache_records(text: str) -> list[CacheRecord]:
         if re.fullmatch(r"[a-z0-9]{10,64}", fields.get("ID", "")):
             records.append(CacheRecord(id=fields["ID"], description=fields.get("Description", ""),
                                        size=fields.get("Size", ""),
-                                       reclaimable=fields.get("Reclaimable", "true") == "true"))  # fmt: skip
+                                       reclaimable=fields.get("Reclaimable", "true") == "true",
+                                       kind=fields.get("Type", "regular")))  # fmt: skip
     return records
 
 

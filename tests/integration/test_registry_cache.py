@@ -1,20 +1,24 @@
 """The registry cache of registry.yaml, against the real local registry: a build whose local
 build cache is gone reuses the steps an earlier build pushed there.
 
-This module empties BuildKit's layer cache (not its cache mounts, not the image store), so
-modules after it only rebuild what they use."""
+"Gone" is what that build made: its records are pruned from BuildKit's cache by id, nothing of
+other builds (emptying the whole cache made every later module, and the next run's earlier
+ones, build cold)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import secrets
+import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from dockerarch import engine
 from tests.integration.conftest import dockerarch
 
 pytestmark = pytest.mark.integration
@@ -59,10 +63,19 @@ def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
         f"registry:\n  address: 127.0.0.1:5000\n  namespace: {NAMESPACE}\n  cache: true\n"
     )
     monkeypatch.setenv("DOCKERARCH_REGISTRY_CONFIG", str(config))
-    args = ["build", "wheel", "--package", str(FIXTURE), "--arch", "aarch64", "--no-smoke"]
+    # a source no build has compiled (earlier modules built the fixture: its compile step would
+    # be in the local cache before the first build, and stay there)
+    source = tmp_path / "cext"
+    shutil.copytree(FIXTURE, source)
+    with (source / "tinyext.c").open("a") as c:
+        c.write(f"/* {secrets.token_hex(8)} */\n")
+    args = ["build", "wheel", "--package", str(source), "--arch", "aarch64", "--no-smoke"]
 
+    before = {r.id for r in engine.cache_records()}
     first = dockerarch(*args, "--out", str(tmp_path / "first"), timeout=3600)
     assert first.returncode == 0, first.stderr[-3000:]
+    made = [r.id for r in engine.cache_records() if r.id not in before and r.kind == "regular"]
+    assert made
     ref = f"127.0.0.1:5000/{NAMESPACE}/buildcache:debian-aarch64-dockerarch_tinyext-1.0.0-hybrid"
     assert f"registry cache pushed: {ref}" in first.stderr
     with urllib.request.urlopen(
@@ -70,10 +83,12 @@ def test_a_build_reuses_the_registry_cache_when_its_local_cache_is_gone(
     ) as r:
         assert "debian-aarch64-dockerarch_tinyext-1.0.0-hybrid" in json.load(r)["tags"]
 
-    # As on another machine: no local layer cache, no local copy of the cache image.
+    # As on another machine: none of what the first build made in the local layer cache, no
+    # local copy of the cache image.
     subprocess.run(["docker", "image", "rm", "--force", ref], capture_output=True, check=False)
-    subprocess.run(["docker", "buildx", "prune", "--all", "--force", "--filter", "type=regular"],
-                   capture_output=True, check=True)  # fmt: skip
+    subprocess.run(["docker", "buildx", "prune", "--all", "--force", "--filter",
+                    f"id=^({'|'.join(made)})$"], capture_output=True, check=True)  # fmt: skip
+    assert not {r.id for r in engine.cache_records()} & set(made)
     second = dockerarch(*args, "--out", str(tmp_path / "second"), timeout=3600)
     assert second.returncode == 0, second.stderr[-3000:]
     log = (

@@ -23,7 +23,7 @@ Type:\t\tregular
 
 ID:\t\tnf2rw6o4bgrn4vez3eutw3fmn
 Size:\t\t0B
-Type:\t\tregular
+Type:\t\texec.cachemount
 
 Reclaimable:\t27.4GB
 Total:\t\t27.4GB
@@ -40,6 +40,7 @@ def test_each_record_is_read_with_its_description_and_whether_a_build_holds_it()
     assert first.size == "1.426GB" and first.reclaimable
     assert not held.reclaimable and held.description.startswith("[out 1/1] COPY")
     assert bare.description == "" and bare.reclaimable
+    assert (first.kind, bare.kind) == ("regular", "exec.cachemount")
 
 
 def test_the_totals_and_an_empty_listing_are_no_records() -> None:
