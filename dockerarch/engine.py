@@ -212,18 +212,24 @@ def cache_records() -> list[CacheRecord]:
 
 def drop_cache_records(marker: str) -> list[CacheRecord]:
     """Remove from BuildKit's cache the records whose description holds ``marker`` (a build's
-    one-off steps, which no later build can use); records a running build holds stay. The
-    engine's filter matches ids only, so the ids are listed first."""
+    one-off steps, which no later build can use); records a running build holds stay."""
+    found = [r for r in cache_records() if r.reclaimable and marker in r.description]
+    prune_cache_records([r.id for r in found])
+    return found
+
+
+def prune_cache_records(ids: list[str]) -> None:
+    """Remove these records from BuildKit's cache (the engine's prune filter matches ids only:
+    a description filter is refused)."""
     from python_on_whales.exceptions import DockerException
 
-    found = [r for r in cache_records() if r.reclaimable and marker in r.description]
-    if found:
-        ids = "|".join(re.escape(r.id) for r in found)
-        try:
-            client().buildx.prune(all=True, filters={"id": f"^({ids})$"})
-        except DockerException as exc:
-            raise EngineError(f"'docker buildx prune' failed: {_whales_error(exc)}") from exc
-    return found
+    if not ids:
+        return
+    pattern = "|".join(re.escape(i) for i in ids)
+    try:
+        client().buildx.prune(all=True, filters={"id": f"^({pattern})$"})
+    except DockerException as exc:
+        raise EngineError(f"'docker buildx prune' failed: {_whales_error(exc)}") from exc
 
 
 def docker_root_dir() -> str:

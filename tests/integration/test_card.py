@@ -62,14 +62,14 @@ def cards(demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path,
     where32 = tmp_path_factory.mktemp("armv7")
     pi32 = where32 / "pi32.img"
     (where32 / "requirements.txt").write_text("zstandard==0.23.0\n")
-    errors = (where32 / "export-img.err").open("w+")
+    errors = (where32 / "export-img.err").open("w")
     armv7 = subprocess.Popen(unprivileged(sys.executable, "-m", "dockerarch", "export-img", "wheel",
                                           "-r", str(where32 / "requirements.txt"), "--name",
                                           "zstandard", "--arch", "armv7", "--out", str(out),
                                           "--hostname", "card-armv7", "--ssh-key",
                                           str(key / "id.pub"), "--password-file",
                                           str(key / "password"), str(pi32)),
-                             stdout=subprocess.DEVNULL, stderr=errors, text=True, cwd=REPO)  # fmt: skip
+                             stdout=subprocess.DEVNULL, stderr=errors, cwd=REPO)  # fmt: skip
     try:
         made = []
         for name in ("first", "second"):
@@ -197,9 +197,10 @@ def test_an_armv7_card_boots_under_qemu_raspi2b(cards: tuple[Path, Path, object,
     """The armv7 userland on the same board: Debian's armmp kernel and the Pi 2's device tree
     (QEMU has no 32-bit raspi3b) read out of the card's own boot partition. The aarch64 boot
     above checks everything the card promises; this one that the armv7 card, made from a wheel
-    set, boots and runs the set's armv7 wheel, what its first boot did, and that the system waits for its devices (the
-    boot partition, the serial console) as long as an emulated kernel needs: it stalls for
-    20-25 s at a time here, and systemd's default 90 s ran out in about 3 boots of 8."""
+    set, boots and runs the set's armv7 wheel, what its first boot did, and that the system
+    waits for its devices (the boot partition, the serial console) as long as an emulated
+    kernel needs: it stalls for 20-25 s at a time here, and systemd's default 90 s ran out in
+    about 3 boots of 8."""
     card = cards[3]
     inputs = json.loads(card.with_name("pi32.img.manifest.json").read_text())["inputs"]
     assert inputs["image"] == "dockerarch/zstandard:set-debian-armv7"  # the set's, as checked
