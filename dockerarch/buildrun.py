@@ -102,7 +102,7 @@ def prepare(ask: BuildAsk, *, say: Say) -> PreparedBuild:
         requests, chosen, registry, out=ask.out, builder=ask.builder,
         fallback_qemu=ask.fallback_qemu, cache=ask.cache, smoke=ask.smoke, accel=ask.accel,
         ccache=ask.ccache, use=ask.use, farm=ask.farm, registry_cache=ask.registry_cache,
-        compiler_cache=ask.compiler_cache, say=say,
+        compiler_cache=ask.compiler_cache, fetches_in_engine=wanted is None, say=say,
     )  # fmt: skip
     return PreparedBuild(requests, wanted, options, registry)
 
@@ -145,20 +145,25 @@ def is_set(recipe: str, wanted: SetRequest, *, push: bool) -> bool:
 def build_options(requests: list[RenderRequest], chosen: dict[str, str], registry: RegistryConfig,
                   *, out: Path, builder: str | None, fallback_qemu: bool, cache: bool,
                   smoke: bool, accel: str, ccache: bool, use: list[str], farm: list[str] | None,
-                  registry_cache: bool | None, compiler_cache: bool,
+                  registry_cache: bool | None, compiler_cache: bool, fetches_in_engine: bool = True,
                   say: Say) -> BuildOptions:  # fmt: skip
     """The build's options, everything that can be checked before a base is bootstrapped or a
     step is run checked: the output directory, the engine, a forced builder node, the farm's
     servers (``farm`` None: registry.yaml's; []: none) and the most compiles at once they
-    could ask for, the shared compiler cache's answer to this machine's credentials."""
+    could ask for, the shared compiler cache's answer to this machine's credentials, and for a
+    recipe's build (``fetches_in_engine``: not a wheel set, which fetches on this machine) the
+    indexes pip's configuration names here."""
     import os
 
     from dockerarch import build as build_module
-    from dockerarch import engine
+    from dockerarch import engine, pipconfig
     from dockerarch.config import parse_farm_servers
     from dockerarch.farm import JOBS_OPTION, check_farm_jobs
     from dockerarch.files import ensure_writable_dir
 
+    indexes = pipconfig.for_builds(pipconfig.read()) if fetches_in_engine else None
+    if indexes is not None and indexes.says():
+        say(indexes.says())
     ensure_writable_dir(out, "--out")
     engine.daemon_info()  # fail early and clearly when no engine answers
     if builder is not None and builder != "local":
@@ -183,7 +188,7 @@ def build_options(requests: list[RenderRequest], chosen: dict[str, str], registr
         ca_bundle=build_module.host_ca_bundle(), accel=accel, ccache=ccache,
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
-        jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote,
+        jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote, indexes=indexes,
     )  # fmt: skip
 
 

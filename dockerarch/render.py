@@ -62,6 +62,9 @@ class RenderRequest:
     # A wheel set's member fetched from an index (or a --find-links directory): someone else's
     # code, whatever its tree's path on this machine (own_code)
     fetched: bool = False
+    # An index the build fetches from (pipconfig.for_builds) is on this machine's loopback: the
+    # fetching steps run on the host's network (never a wheel set's: it fetches on the host)
+    index_network: bool = False
 
     @property
     def own_code(self) -> bool:
@@ -205,6 +208,7 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
         "toolchain": request.toolchain.template_vars() if request.toolchain else None,
         "local_source": request.source is not None,
         "wheelset": request.wheelset is not None,
+        "index_network": request.index_network and request.wheelset is None,
     }
     try:
         template = env.get_template(recipe.template.name)

@@ -127,8 +127,10 @@ def _describe(stage: str, command: str, subject: str) -> str:
 
 
 def _strip_ca(body: str) -> str:
-    """Drops the CA-bundle preamble every fetching step starts with."""
-    return re.sub(r"^if \[ -s /run/secrets/ca-bundle \].*?fi;\s*", "", body.strip(), flags=re.S)
+    """Drops the preamble every fetching step starts with (macros.j2's use_ca: the CA bundle's
+    and the indexes' secrets)."""
+    return re.sub(r"^(?:if \[ -s /run/secrets/(?:ca-bundle|dockerarch-index) \].*?fi;\s*)+", "",
+                  body.strip(), flags=re.S)  # fmt: skip
 
 
 def _first_words(text: str, width: int = 60) -> str:

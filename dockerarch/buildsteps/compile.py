@@ -79,8 +79,9 @@ def use_farm(job: JobState) -> None:
     if tag is None:  # the stage's own, built for the probe
         tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/toolchain:{job.target}".lower())
         spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
-                         stage="toolchain", load_tag=tag, secrets=job.options.secrets,
-                         cache=job.options.cache, build_contexts=job.contexts)  # fmt: skip
+                         stage="toolchain", load_tag=tag, secrets=job.secrets,
+                         cache=job.options.cache, build_contexts=job.contexts,
+                         allow=job.allow)  # fmt: skip
         stream(job, spec, "toolchain for the farm")
     loopback = any(s.loopback for s in servers)
     code, output = job.engine.run_in_image(
@@ -123,16 +124,11 @@ CACHE_SECRET = "ccache-remote"  # in the job's directory: the shared compiler ca
 
 
 def _compile_secrets(job: JobState) -> tuple[str, ...]:
-    secrets = job.options.secrets + ((job.farm_secret,) if job.farm_secret else ())
+    secrets = job.secrets + ((job.farm_secret,) if job.farm_secret else ())
     path = job.work / CACHE_SECRET
     if path.exists():  # written by prepare_context when the shared compiler cache is used
         secrets += (f"id={compilercache.SECRET_ID},src={path}",)
     return secrets
-
-
-def _entitlements(job: JobState) -> tuple[str, ...]:
-    toolchain = job.request.toolchain
-    return ("network.host",) if toolchain is not None and toolchain.compile_network else ()
 
 
 def build_artifacts(job: JobState) -> None:
@@ -147,7 +143,7 @@ def build_artifacts(job: JobState) -> None:
         context_dir=job.context, platform=job.request.target.platform,
         stage=accel.LOG_STAGE if hybrid else "artifacts", output_dir=job.landing,
         secrets=_compile_secrets(job), cache=job.options.cache, cache_from=cache_from,
-        node_context=job.route.context, build_contexts=job.contexts, allow=_entitlements(job),
+        node_context=job.route.context, build_contexts=job.contexts, allow=job.allow,
     )  # fmt: skip
     stream(job, spec, "starting buildx")
     sonames = job.landing / libneeds.SONAMES_EXPORT
@@ -197,7 +193,7 @@ def push_cache(job: JobState) -> None:
     spec = BuildSpec(context_dir=job.context, platform=job.request.target.platform, stage="build",
                      push_tag=job.cache_ref, cache_to="type=inline", secrets=_compile_secrets(job),
                      cache=True, node_context=job.route.context, build_contexts=job.contexts,
-                     allow=_entitlements(job))  # fmt: skip
+                     allow=job.allow)  # fmt: skip
     try:
         stream(job, spec, "pushing the registry cache")
     except EngineError as exc:

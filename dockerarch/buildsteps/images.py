@@ -24,8 +24,8 @@ def _machine_image(job: JobState, tag: str, platform: str, stage: str, what: str
     with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
             spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
-                             load_tag=tag, secrets=job.options.secrets, cache=job.options.cache,
-                             build_contexts=job.contexts)  # fmt: skip
+                             load_tag=tag, secrets=job.secrets, cache=job.options.cache,
+                             build_contexts=job.contexts, allow=job.allow)  # fmt: skip
             began = time.monotonic()
             stream(job, spec, f"{what} (once per machine)")
             job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that need "

@@ -42,7 +42,7 @@ def runtime_image(job: JobState) -> None:
     known = _runtime_packages(job)
     spec = BuildSpec(
         context_dir=job.context, platform=request.target.platform, stage="runtime",
-        load_tag=job.image_tag, secrets=job.options.secrets, cache=True,
+        load_tag=job.image_tag, secrets=job.secrets, cache=True, allow=job.allow,
         node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
         build_args={"DOCKERARCH_NEEDS": " ".join(known)} if known else None,
     )  # fmt: skip

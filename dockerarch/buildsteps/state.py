@@ -26,8 +26,13 @@ from dockerarch.compilercache import RemoteCache
 from dockerarch.config import FarmServer
 from dockerarch.engine import BuildFailed, BuildSpec
 from dockerarch.errors import DockerarchError, EngineError
-from dockerarch.files import context_name
+from dockerarch.files import context_name, write_atomic
+from dockerarch.pipconfig import BuildIndexes
 from dockerarch.render import RenderRequest, render_dockerfile
+
+INDEX_SECRET = (
+    "dockerarch-index"  # its id (macros.j2's host_secrets) and file in the job's directory
+)
 
 
 class Engine(Protocol):
@@ -67,6 +72,7 @@ class BuildOptions:
     farm: tuple[FarmServer, ...] = ()  # compile farm servers (hybrid builds)
     jobs_chosen: bool = False  # --set MAX_JOBS=N: a farm does not raise it
     compiler_cache: RemoteCache | None = None  # the team's shared compiler cache (hybrid builds)
+    indexes: BuildIndexes | None = None  # where a recipe's build fetches (None: a wheel set's)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -114,6 +120,29 @@ class JobState:
     timings: list[tuple[str, float]] = field(default_factory=list)
     built_options: dict[str, str] = field(default_factory=dict)  # as the Dockerfile builds them
     source_date_epoch: int | None = None  # the timestamps the build writes into its artifacts
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """buildx --secret values of this job's steps: the options' (the CA bundle) and, for a
+        recipe's build, the indexes it fetches from (INDEX_SECRET, written once, readable by
+        this user only). A wheel set's build has none: it fetches on the host."""
+        indexes = self.options.indexes
+        if indexes is None or self.request.wheelset is not None:
+            return self.options.secrets
+        path = self.work / INDEX_SECRET
+        if not path.exists():
+            write_atomic(path, indexes.secret().encode(), mode=0o600)
+        return (*self.options.secrets, f"id={INDEX_SECRET},src={path}")
+
+    @property
+    def allow(self) -> tuple[str, ...]:
+        """buildx entitlements of this job's steps: the host's network, for a compile farm or
+        the shared compiler cache on loopback (compile_network) or an index there."""
+        toolchain = self.request.toolchain
+        host = (toolchain is not None and bool(toolchain.compile_network)) or (
+            self.request.index_network and self.request.wheelset is None
+        )
+        return ("network.host",) if host else ()
 
     @property
     def landing(self) -> Path:

@@ -27,7 +27,7 @@ from packaging.utils import (
 
 from dockerarch import localtree, pipconfig, simple_api
 from dockerarch.files import sha256_file, write_atomic
-from dockerarch.pipconfig import PipConfig
+from dockerarch.pipconfig import PipConfig, default_index
 from dockerarch.pyenv import PythonTarget
 from dockerarch.pyreqs import Wants
 from dockerarch.sets.errors import ResolutionError
@@ -37,23 +37,6 @@ from dockerarch.simple_api import IndexFile
 Say = Callable[[str], None]
 LEARNED = "requires-dist"  # beside an sdist in the downloads cache: what its wheel said
 TIMEOUT = 60  # seconds for one request to an index
-
-
-def default_index() -> str:
-    """The index pip uses here: PIP_INDEX_URL, else pip's built-in default (never written in
-    dockerarch)."""
-    if os.environ.get("PIP_INDEX_URL"):
-        return os.environ["PIP_INDEX_URL"]
-    try:
-        from pip._internal.models.index import PyPI  # tests/unit/test_private_surfaces.py
-
-        return str(PyPI.simple_url)
-    except (ImportError, AttributeError) as exc:
-        raise ResolutionError(
-            "No index to resolve from: PIP_INDEX_URL is not set, and this pip does not say its "
-            f"default where dockerarch reads it ({type(exc).__name__}: {exc})",
-            fix="Give --index-url URL, or set PIP_INDEX_URL.",
-        ) from exc
 
 
 class Indexes:

@@ -147,6 +147,11 @@ def _sayer(progress: Progress, target: str) -> Say:
     return lambda line: progress.say(target, line)
 
 
+# A build requirement a backend asks for only when asked (PEP 517's get_requires_for_build_wheel)
+# is learned from the build's own failure, in uv's words (those of the uv the toolchain pins;
+# tests/unit/test_wheelset.py keeps them), not by calling the hook first with pyproject-hooks:
+# that would cost every member an emulated build environment and backend start before its build
+# (uv's own hook call is what the native backend runs natively), for what most sdists never ask.
 _ASKED = re.compile(
     r"Because (\S+) was not found in the provided package locations and you "
     r"require ([^,\s]+),"

@@ -8,10 +8,12 @@ on a 2-core machine the first time; BuildKit's cache makes later runs take secon
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import re
 import shutil
 import subprocess
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -265,10 +267,40 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
     assert python.stdout.split()[4].endswith("/__pycache__/tinyhelp.cpython-311.pyc")
 
 
-def test_plain_emulation_builds_the_same_extension(cext: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def asked_index() -> Iterator[tuple[str, list[str]]]:
+    """An index on 127.0.0.1 that has no project: the paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server calls it by this name
+            asked.append(self.path)
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/simple/", asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_plain_emulation_builds_the_same_extension(
+    cext: Path, tmp_path: Path, asked_index: tuple[str, list[str]]
+) -> None:
+    """... with the indexes pip's configuration names on this machine: the emulated pip that
+    builds the wheel asks this machine's extra index (on loopback) for the build requirement."""
+    index, asked = asked_index
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nextra-index-url = {index}\n")
     done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "aarch64", "--accel", "none",
-                      "--out", str(tmp_path), timeout=3600)  # fmt: skip
+                      "--out", str(tmp_path), env={"PIP_CONFIG_FILE": str(conf)}, timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert f"indexes for the build, from {conf}" in done.stderr, done.stderr[-3000:]
+    assert "/simple/setuptools/" in asked, asked
     result = tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0"
     data = manifest(result)
     assert data["accel"] == "qemu" and data["hybrid"] is None

@@ -225,7 +225,7 @@ def test_a_fetched_sdists_build_cannot_write_to_the_team_cache(tmp_path: Path) -
     finds only the reader's credential and its PUT is refused (the object never exists); built
     from the user's own tree (--package DIR), it is the writer's and the PUT lands, which proves
     the attack is real and the first build really was stopped by the split."""
-    from dockerarch.sets.indexes import default_index
+    from dockerarch.pipconfig import default_index
 
     from .settest_index import _pkg_info, _pyproject, sdist, serve
 

@@ -70,6 +70,21 @@ def test_fetch_rejects_a_wrong_hash_and_leaves_nothing(index: str, tmp_path: Pat
 
 def test_fetch_says_what_matched_nothing(index: str, tmp_path: Path) -> None:
     with pytest.raises(
-        LookupError, match=r"/json/demo-pkg/ lists no source distribution matching 'demo-pkg>=3'"
+        LookupError, match=r"no source distribution matching 'demo-pkg>=3' on \S+/json/demo-pkg/"
     ):
         fetch_sdist.fetch(Requirement("demo-pkg>=3"), tmp_path, f"{index}/json/")
+
+
+def test_fetch_takes_the_indexes_dockerarch_exports_as_pip_merges_them(
+    index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's index is the one pip's configuration names on dockerarch's machine, with its
+    extra indexes (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL from the dockerarch-index secret): an
+    index without the project is passed over, the chosen among them all as pip chooses."""
+    monkeypatch.setenv("PIP_INDEX_URL", f"{index}/nothing/")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"{index}/html/")
+    assert fetch_sdist.main(["fetch-sdist", "demo-pkg==1.1", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["demo_pkg-1.1.tar.gz"]
+    monkeypatch.delenv("PIP_INDEX_URL")
+    with pytest.raises(SystemExit, match="PIP_INDEX_URL is not set"):
+        fetch_sdist.main(["fetch-sdist", "demo-pkg>=1", str(tmp_path / "again")])

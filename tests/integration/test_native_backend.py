@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch.sets.indexes import default_index
+from dockerarch.pipconfig import default_index
 
 from .conftest import dockerarch, dockerarch_each
 from .settest_index import CF, serve, write_index

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch.sets.indexes import default_index
+from dockerarch.pipconfig import default_index
 from tests.integration.conftest import dockerarch
 from tests.integration.settest_index import (
     B_C,

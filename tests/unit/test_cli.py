@@ -155,6 +155,24 @@ def test_set_options_without_a_set_are_refused(
     assert "Traceback" not in err
 
 
+def test_a_recipe_build_with_credentials_in_pip_s_configuration_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe's build fetches inside the engine, where the code it builds could read an
+    index's credentials: refused, naming the index without them, before the engine is asked."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://ci:t0ken@corp.example.invalid/simple/\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    code, out, err = run(["build", "numpy", "--arch", "armv7", "--out", str(tmp_path)], capsys)
+    flat = " ".join(err.split())
+    assert code == 2 and "Traceback" not in err, err
+    assert (
+        f"pip's configuration ({conf}) gives the index https://corp.example.invalid/simple/ with credentials"
+        in flat
+    )
+    assert "t0ken" not in err + out
+
+
 def test_ctrl_c_stops_what_dockerarch_started_and_exits_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

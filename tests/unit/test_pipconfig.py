@@ -160,3 +160,52 @@ def test_an_index_page_s_file_name_is_one_plain_name() -> None:
     files = simple_api.parse_project_page(json.dumps(page).encode(), simple_api.SIMPLE_JSON,
                                           f"{PUBLIC}six/")  # fmt: skip
     assert [f.filename for f in files] == ["six-1.1.tar.gz"]
+
+
+def test_a_recipe_s_build_fetches_from_pip_s_configured_indexes(tmp_path: Path) -> None:
+    """pip's configuration on this machine decides where a recipe's build fetches inside the
+    engine (before: the image pip's own default, whatever pip.conf said)."""
+    conf = _write(tmp_path / "pip.conf", "[global]\nindex-url = http://mirror.example.invalid/simple/\n"
+                  "extra-index-url = http://127.0.0.1:3141/team/simple/ file:///opt/pypi/simple\n"
+                  "find-links = /opt/wheels\n")  # fmt: skip
+    read = pipconfig.read({"PIP_CONFIG_FILE": str(conf), "XDG_CONFIG_DIRS": str(tmp_path / "x")},
+                          home=tmp_path, prefix=tmp_path)  # fmt: skip
+    found = pipconfig.for_builds(read, default="http://127.0.0.1:9/default/")
+    assert found.index_url == "http://mirror.example.invalid/simple/"  # not the default
+    assert found.extra_index_urls == ("http://127.0.0.1:3141/team/simple/",)
+    assert found.secret() == ("http://mirror.example.invalid/simple/\n"
+                              "http://127.0.0.1:3141/team/simple/\n")  # fmt: skip
+    assert found.loopback  # the fetching steps run on the host's network
+    # directories on this machine cannot be read in the engine: left out, and said
+    assert found.left_out == ("/opt/wheels", "file:///opt/pypi/simple")
+    assert str(conf) in found.says() and "/opt/wheels" in found.says()
+    # nothing configured: the default, nothing said, no host network
+    plain = pipconfig.for_builds(PipConfig(), default="https://index.example.invalid/simple/")
+    assert plain.secret() == "https://index.example.invalid/simple/\n"
+    assert not plain.loopback and plain.says() == ""
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        (
+            PipConfig(index_url="https://user:s3cret@corp.example.invalid/simple/"),
+            "with credentials",
+        ),
+        (
+            PipConfig(extra_index_urls=("https://tok@corp.example.invalid/simple/",)),
+            "with credentials",
+        ),
+        (PipConfig(no_index=True), "says no-index"),
+        (PipConfig(index_url="file:///opt/pypi/simple"), "names only directories"),
+    ],
+)
+def test_what_a_recipe_s_build_cannot_be_given_is_refused(config: PipConfig, problem: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        pipconfig.for_builds(config, default="https://index.example.invalid/simple/")
+    assert problem in raised.value.problem
+    assert "s3cret" not in raised.value.problem + raised.value.fix  # never printed
+    assert "tok@" not in raised.value.problem
+    if "credentials" in problem:
+        assert "https://corp.example.invalid/simple/" in raised.value.problem
+        assert "build wheel --package" in raised.value.fix

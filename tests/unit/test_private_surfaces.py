@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import inspect
 import json
-import runpy
 from importlib.metadata import version
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 
 import dockerarch
 from dockerarch.paths import data_path
-from dockerarch.sets.indexes import default_index
+from dockerarch.pipconfig import PipConfig, default_index, for_builds
 
 PYPROJECT = Path(dockerarch.__file__).parents[1] / "pyproject.toml"
 
@@ -76,14 +75,15 @@ def test_oras_keeps_docker_s_stored_login_as_basic_auth(tmp_path: Path) -> None:
     assert not getattr(nobody.auth, "_basic_auth", None)
 
 
-def test_pip_s_default_index_is_where_both_readers_find_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_pip_s_default_index_is_where_dockerarch_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip's built-in default index (private: pip has no API) is the one value dockerarch takes
+    from pip's code; builds in the engine are given it (pipconfig.for_builds), fetch-sdist reads
+    no pip of its own."""
     from pip._internal.models.index import PyPI
 
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     assert default_index() == PyPI.simple_url
-    fetch_sdist = runpy.run_path(str(data_path("toolchain", "fetch-sdist")))
-    assert fetch_sdist["index_url"]() == PyPI.simple_url
+    assert for_builds(PipConfig()).index_url == PyPI.simple_url
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
-    assert default_index() == fetch_sdist["index_url"]() == "http://127.0.0.1:9/simple/"
+    assert default_index() == "http://127.0.0.1:9/simple/"
+    assert "pip._internal" not in data_path("toolchain", "fetch-sdist").read_text()
