@@ -250,6 +250,7 @@ class ImageImport:
     image_sha256: str
     partition: int | None
     tag: str
+    epoch: int | None = None  # SOURCE_DATE_EPOCH given; None: the newest file time in the image
 
     def inputs(self) -> dict[str, object]:
         return {
@@ -258,6 +259,7 @@ class ImageImport:
             "sha256": self.image_sha256,
             "partition": self.partition,
             "platform": self.target.platform,
+            "epoch": self.epoch if self.epoch is not None else "newest file",
         }
 
     def inputs_hash(self) -> str:
@@ -292,9 +294,10 @@ def make_image_import(
         )
     name = target.base_image.split("@", 1)[0].rsplit(":", 1)[0]
     progress(f"hashing {image.name} ({image.stat().st_size / 1e9:.2f} GB)")
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
     return ImageImport(
         target=target, image=image, image_sha256=sha256_file(image), partition=partition,
-        tag=tag or f"{name}:{target.suite}",
+        tag=tag or f"{name}:{target.suite}", epoch=int(epoch) if epoch.isdigit() else None,
     )  # fmt: skip
 
 
@@ -331,17 +334,23 @@ def import_image(
                 fix="Import it for a target of its arch (dockerarch targets ls).",
             )
         progress(f"userland: {facts.pretty_name}, {facts.arch}")
+        # The times the card and the builds clamp to: SOURCE_DATE_EPOCH when set, else the
+        # newest file time in the image (the same image, the same epoch; nothing of the
+        # vendor's files is made older by the clamp)
+        chosen = request.epoch if request.epoch is not None else facts.newest or None
+        if request.epoch is None and chosen is not None:
+            progress(f"SOURCE_DATE_EPOCH {chosen}: the newest file time in the image")
         labels = {
             f"{LABEL_PREFIX}.inputs": request.inputs_hash(),
             f"{LABEL_PREFIX}.target": request.target.name,
             f"{LABEL_PREFIX}.source": f"{request.image.name} sha256:{request.image_sha256}",
             f"{LABEL_PREFIX}.os": facts.pretty_name,
             f"{LABEL_PREFIX}.partition": str(root.number),
+            f"{LABEL_PREFIX}.source-date-epoch": str(chosen) if chosen is not None else "",
         }
-        epoch = os.environ.get("SOURCE_DATE_EPOCH")
         return _import(
             context, tag=request.tag, platform=request.target.platform, labels=labels,
-            epoch=int(epoch) if epoch and epoch.isdigit() else None, push_to=push_to,
+            epoch=chosen, push_to=push_to,
             started=started, note=f"{facts.pretty_name} from partition {root.number}",
         )  # fmt: skip
 

@@ -156,7 +156,7 @@ def build_options(requests: list[RenderRequest], chosen: dict[str, str], registr
     import os
 
     from dockerarch import build as build_module
-    from dockerarch import engine, pipconfig
+    from dockerarch import engine, machineimages, pipconfig
     from dockerarch.config import parse_farm_servers
     from dockerarch.farm import JOBS_OPTION, check_farm_jobs
     from dockerarch.files import ensure_writable_dir
@@ -189,6 +189,8 @@ def build_options(requests: list[RenderRequest], chosen: dict[str, str], registr
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
         jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote, indexes=indexes,
+        machine_images=machineimages.sharing(registry.machine_images, registry.address,
+                                             registry.namespace),
     )  # fmt: skip
 
 

@@ -174,6 +174,10 @@ class RegistryConfig:
     insecure: bool = True
     namespace: str = "dockerarch"
     cache: bool = False  # share build caches through the registry (dockerarch build)
+    # machine images (toolchain images, runtime bases) through the registry, by key: "pull"
+    # (taken when there, never written: an untrusted runner), "push" (also pushed once made),
+    # "off"
+    machine_images: str = "pull"
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
     farm: tuple[FarmServer, ...] = ()  # compile farm servers (dockerarch build)
@@ -200,6 +204,7 @@ class RegistryConfig:
         return f"{scheme}://{self.address}/v2/"
 
 
+MACHINE_IMAGE_MODES = ("pull", "push", "off")
 _ADDRESS = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 
@@ -241,7 +246,8 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     top = require_mapping(load_yaml(path), "", path)
     reject_unknown(top, ["registry", "index", "farm", "compiler_cache"], "", path)
     section = require_mapping(top.get("registry"), "registry", path)
-    reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache"], "registry", path)
+    reject_unknown(section, ["address", "insecure", "ca", "namespace", "cache", "machine_images"],
+                   "registry", path)  # fmt: skip
     defaults = RegistryConfig()
     address = str(section.get("address", defaults.address))
     if not _ADDRESS.match(address):
@@ -267,6 +273,14 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     cache = section.get("cache", defaults.cache)
     if not isinstance(cache, bool):
         raise ConfigError(f"'registry.cache' in {path} must be true or false")
+    machine_images = section.get("machine_images", defaults.machine_images)
+    if machine_images not in MACHINE_IMAGE_MODES:
+        raise ConfigError(
+            f"'registry.machine_images' in {path} is {machine_images!r}, not one of "
+            f"{', '.join(MACHINE_IMAGE_MODES)}",
+            fix="pull: take the team's toolchain images and runtime bases when the registry has "
+            "them; push: also push the ones this machine makes (a trusted machine); off: never.",
+        )
     ca = section.get("ca")
     ca_path = None
     if ca is not None:
@@ -289,7 +303,7 @@ def parse_registry_config(path: Path) -> RegistryConfig:
                       if top.get("compiler_cache") is not None else None)  # fmt: skip
     return RegistryConfig(
         address=address, insecure=insecure, ca=ca_path, namespace=namespace, cache=cache,
-        index=index, farm=farm, compiler_cache=compiler_cache, source=str(path),
+        machine_images=str(machine_images), index=index, farm=farm, compiler_cache=compiler_cache, source=str(path),
     )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ second, and ``dockerarch --help`` must not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -307,9 +308,13 @@ def import_rootfs(
 
 def push_copy(tag: str, registry: str) -> str:
     """Tag ``tag`` as REGISTRY/tag and push it; returns the pushed reference."""
+    return push_as(tag, f"{registry}/{tag}")
+
+
+def push_as(tag: str, remote: str) -> str:
+    """Tag ``tag`` as ``remote`` (a registry's reference) and push it; returns ``remote``."""
     from python_on_whales.exceptions import DockerException
 
-    remote = f"{registry}/{tag}"
     docker = client()
     try:
         docker.image.tag(tag, remote)
@@ -320,6 +325,44 @@ def push_copy(tag: str, registry: str) -> str:
             fix="Check the registry answers (dockerarch doctor).",
         ) from exc
     return remote
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """An image pulled from a registry: its labels and the platform it is for."""
+
+    labels: dict[str, str]
+    platform: str  # os/arch[/variant], as --platform writes it
+
+
+def pull_image(reference: str, platform: str) -> Pulled | None:
+    """``reference`` pulled for ``platform`` (docker pull: docker's own credentials), or None
+    when the registry has no such image. A registry that does not answer or refuses is an
+    EngineError."""
+    from python_on_whales.exceptions import DockerException, NoSuchImage
+
+    docker = client()
+    try:
+        docker.image.pull(reference, quiet=True, platform=platform)
+        image = docker.image.inspect(reference)
+    except NoSuchImage:
+        return None
+    except DockerException as exc:
+        text = _whales_error(exc)
+        if re.search(r"manifest unknown|not found|no matching manifest", text, re.I):
+            return None
+        raise EngineError(f"Pulling {reference} failed: {text}",
+                          fix="Check the registry answers (dockerarch doctor).") from exc  # fmt: skip
+    found = "/".join(p for p in (image.os, image.architecture, image.variant) if p)
+    return Pulled(labels=dict(image.config.labels or {}), platform=found)
+
+
+def remove_tag(reference: str) -> None:
+    """Untag ``reference`` (the image stays while another tag names it); gone already is fine."""
+    from python_on_whales.exceptions import DockerException
+
+    with contextlib.suppress(DockerException):
+        client().image.remove(reference)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,6 +463,7 @@ class BuildSpec:
     node_context: str | None = None  # a docker context: build on that native node
     build_args: dict[str, str] | None = None
     allow: tuple[str, ...] = ()  # entitlements (network.host: a compile farm on loopback)
+    labels: dict[str, str] | None = None  # on the image it loads (a machine image's key)
 
 
 def stream_stdout_and_stderr(
@@ -508,6 +552,7 @@ def build_lines(spec: BuildSpec) -> Iterator[str]:
             build_contexts=contexts,
             build_args=spec.build_args or {},
             allow=list(spec.allow),
+            labels=spec.labels or {},
             progress="plain",
             stream_logs=True,
             **kwargs,  # type: ignore[arg-type]

@@ -8,6 +8,11 @@ build that takes or makes one records the time in ``machine-images.json`` in the
 directory, and ``dockerarch prune`` removes those no build has used for a while (an image made
 before the record was kept counts as used when it was last tagged). ``dockerarch doctor`` says
 what they hold.
+
+A team shares them through its registry (registry.yaml's ``machine_images``): a build pulls the
+image by its key before making it (taken only when its key label and platform are the ones asked
+for), and with ``push`` pushes what it made. Whoever may push to the registry may give every
+machine its compilers: the same trust as the images boards pull from it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dockerarch.errors import EngineError, OutputError
 from dockerarch.files import write_atomic
 
 REPOSITORIES = ("dockerarch/toolchain", "dockerarch/runtime-base")
+KEY_LABEL = "org.dockerarch.machine-image.key"  # the sha256 of what the image is made from
 RECORD = "machine-images.json"  # {tag: unix time of the last build that used it}
 DEFAULT_UNUSED_DAYS = 14
 _LOCK = threading.Lock()  # a set's members record from threads of one process
@@ -159,3 +165,27 @@ def summary(images: list[MachineImage], days: float, now: float) -> str:
         line += (f"; {len(old)} unused for {days:g}+ days ({gigabytes(sum(m.size for m in old))}):"
                  " dockerarch prune removes them")  # fmt: skip
     return line
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Machine images through the team's registry: pulled by key, and pushed once made when
+    ``push`` (a trusted machine; "pull" is the read-only mode for untrusted runners)."""
+
+    prefix: str  # ADDRESS/NAMESPACE
+    push: bool = False
+
+    def remote(self, tag: str) -> str:
+        """Where the machine image ``tag`` (dockerarch/toolchain:...) lives in the registry."""
+        return f"{self.prefix}/{tag.removeprefix('dockerarch/')}"
+
+
+def sharing(mode: str, address: str, namespace: str) -> Sharing | None:
+    """registry.yaml's ``machine_images`` mode as a Sharing (None: off)."""
+    return None if mode == "off" else Sharing(f"{address}/{namespace}", push=mode == "push")
+
+
+def same_platform(found: str, wanted: str) -> bool:
+    """Whether an image's os/arch[/variant] is the --platform asked for (arm64's variant v8 is
+    arm64's only one, and an image may name it or not)."""
+    return found.removesuffix("/v8") == wanted.removesuffix("/v8")

@@ -273,6 +273,7 @@ class RootfsFacts:
     machine: str  # e_machine of its programs
     arch: str | None  # the dockerarch arch that machine belongs to
     evidence: str  # the file the machine was read from
+    newest: int = 0  # the newest modification time in it (seconds): its SOURCE_DATE_EPOCH
 
 
 # Regular files (not links) present in every Debian-family userland, merged /usr or not.
@@ -288,6 +289,7 @@ def inspect_rootfs(archive: Path, original: Path) -> RootfsFacts:
 
     with tarfile.open(archive) as tar:
         members = {m.name: m for m in tar.getmembers()}
+        newest = int(max((m.mtime for m in members.values()), default=0))
         pretty = "an unknown Linux"
         for name in _OS_RELEASE:
             member = members.get(name)
@@ -313,10 +315,9 @@ def inspect_rootfs(archive: Path, original: Path) -> RootfsFacts:
             if facts.machine == "EM_ARM" and not facts.hard_float:
                 # armel: every armv7 target (Debian armhf, Raspbian) uses the hard-float ABI
                 return RootfsFacts(pretty_name=pretty, machine="soft-float ARM (armel)",
-                                   arch=None, evidence=name[2:])  # fmt: skip
-            return RootfsFacts(
-                pretty_name=pretty, machine=facts.machine, arch=facts.arch, evidence=name[2:]
-            )
+                                   arch=None, evidence=name[2:], newest=newest)  # fmt: skip
+            return RootfsFacts(pretty_name=pretty, machine=facts.machine, arch=facts.arch,
+                               evidence=name[2:], newest=newest)  # fmt: skip
     raise UsageError(
         f"The root partition of {original} holds no Debian-family userland (none of "
         f"{', '.join(p[2:] for p in _PROBES)} is a program)",

@@ -13,24 +13,75 @@ from dockerarch import (
 )
 from dockerarch.buildsteps.state import JobState, stream
 from dockerarch.engine import BuildSpec
+from dockerarch.errors import EngineError
 
 _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image at a time
 
 
-def _machine_image(job: JobState, tag: str, platform: str, stage: str, what: str,
+def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str, what: str,
                    shared: str) -> None:  # fmt: skip
-    """Build ``stage`` of the job's Dockerfile into the engine as ``tag``, unless it is there
-    (one build of a tag at a time: a set's members may ask for it together)."""
+    """Build ``stage`` of the job's Dockerfile into the engine as ``tag``, unless it is there or
+    the team's registry has it under the same key (one build of a tag at a time: a set's
+    members may ask for it together); push what was made when the registry takes it."""
     with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
-            spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
-                             load_tag=tag, secrets=job.secrets, cache=job.options.cache,
-                             build_contexts=job.contexts, allow=job.allow)  # fmt: skip
-            began = time.monotonic()
-            stream(job, spec, f"{what} (once per machine)")
-            job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that need "
-                    f"{shared} start from it")  # fmt: skip
+            sharing = job.options.machine_images
+            if sharing is None or not _pulled(job, sharing, tag, key, platform, what):
+                spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
+                                 load_tag=tag, secrets=job.secrets, cache=job.options.cache,
+                                 build_contexts=job.contexts, allow=job.allow,
+                                 labels={machineimages.KEY_LABEL: key})  # fmt: skip
+                began = time.monotonic()
+                stream(job, spec, f"{what} (once per machine)")
+                job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that "
+                        f"need {shared} start from it")  # fmt: skip
+                if sharing is not None and sharing.push:
+                    _push(job, sharing, tag, what)
     machineimages.record_use(tag)  # what dockerarch prune reads: used, so kept
+
+
+def _pulled(job: JobState, sharing: machineimages.Sharing, tag: str, key: str, platform: str,
+            what: str) -> bool:  # fmt: skip
+    """Whether the team's registry gave ``tag``: pulled by key, taken only when its key label
+    and its platform are the ones asked for (anything else is untagged and made here)."""
+    remote = sharing.remote(tag)
+    began = time.monotonic()
+    try:
+        pulled = job.engine.pull_image(remote, platform)
+    except EngineError as exc:
+        job.say(f"{what}: not pulled from {sharing.prefix} ({exc.problem}): made here")
+        return False
+    if pulled is None:
+        job.say(f"{what}: {sharing.prefix} has no {remote.rpartition('/')[2]}: made here")
+        return False
+    try:
+        if pulled.labels.get(machineimages.KEY_LABEL) != key or not machineimages.same_platform(
+                pulled.platform, platform):  # fmt: skip
+            job.say(f"warning: {remote} is not what its tag says (key "
+                    f"{pulled.labels.get(machineimages.KEY_LABEL, 'none')[:16]}, platform "
+                    f"{pulled.platform}; asked {key[:16]}, {platform}): not taken, made here")  # fmt: skip
+            return False
+        job.engine.tag_image(remote, tag)
+    finally:
+        job.engine.remove_tag(remote)  # the engine keeps it under its own tag only (prune)
+    job.say(f"{what} {tag} pulled from {sharing.prefix} in {time.monotonic() - began:.0f} s "
+            "(its key and platform checked)")  # fmt: skip
+    return True
+
+
+def _push(job: JobState, sharing: machineimages.Sharing, tag: str, what: str) -> None:
+    """``tag`` pushed to the team's registry; a push that fails is said, the build goes on."""
+    remote = sharing.remote(tag)
+    began = time.monotonic()
+    try:
+        job.engine.push_as(tag, remote)
+    except EngineError as exc:
+        job.say(f"warning: {what} not pushed to {sharing.prefix} ({exc.problem}): other "
+                "machines will make it themselves")  # fmt: skip
+        return
+    finally:
+        job.engine.remove_tag(remote)
+    job.say(f"{what} pushed to {remote} in {time.monotonic() - began:.0f} s")
 
 
 def toolchain_image(job: JobState) -> None:
@@ -45,7 +96,7 @@ def toolchain_image(job: JobState) -> None:
     dockerfile = (job.context / "Dockerfile").read_text()
     key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
-    _machine_image(job, tag, "linux/amd64", accel.NATIVE_STAGES[-1], "toolchain image",
+    _machine_image(job, tag, key, "linux/amd64", accel.NATIVE_STAGES[-1], "toolchain image",
                    "the same toolchain")  # fmt: skip
     job.toolchain_image = tag
     job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
@@ -74,7 +125,7 @@ def runtime_base_image(job: JobState) -> None:
         return
     key = accel.runtime_base_key(dockerfile, job.context, job.base_id, job.toolchain_base_id)
     tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
-    _machine_image(job, tag, request.target.platform, accel.RUNTIME_BASE_STAGE,
+    _machine_image(job, tag, key, request.target.platform, accel.RUNTIME_BASE_STAGE,
                    "runtime base image", "the same packages on this base")  # fmt: skip
     job.runtime_base_image = tag
     job.build_args[accel.RUNTIME_BASE_ARG] = tag

@@ -24,9 +24,10 @@ from dockerarch import (
 from dockerarch import farm as farm_module
 from dockerarch.compilercache import RemoteCache
 from dockerarch.config import FarmServer
-from dockerarch.engine import BuildFailed, BuildSpec
+from dockerarch.engine import BuildFailed, BuildSpec, Pulled
 from dockerarch.errors import DockerarchError, EngineError
 from dockerarch.files import context_name, write_atomic
+from dockerarch.machineimages import Sharing
 from dockerarch.pipconfig import BuildIndexes
 from dockerarch.render import RenderRequest, render_dockerfile
 
@@ -42,6 +43,9 @@ class Engine(Protocol):
         self, reference: str, context: str | None = None
     ) -> tuple[str, dict[str, str]] | None: ...
     def copy_image(self, reference: str, to_context: str) -> None: ...
+    def pull_image(self, reference: str, platform: str) -> Pulled | None: ...
+    def push_as(self, tag: str, remote: str) -> str: ...
+    def remove_tag(self, reference: str) -> None: ...
     def tag_image(self, reference: str, tag: str, context: str | None = None) -> None: ...
     def build_lines(self, spec: BuildSpec) -> Iterator[str]: ...
     def run_in_image(
@@ -73,6 +77,7 @@ class BuildOptions:
     jobs_chosen: bool = False  # --set MAX_JOBS=N: a farm does not raise it
     compiler_cache: RemoteCache | None = None  # the team's shared compiler cache (hybrid builds)
     indexes: BuildIndexes | None = None  # where a recipe's build fetches (None: a wheel set's)
+    machine_images: Sharing | None = None  # the team's registry's machine images (None: off)
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -24,11 +24,14 @@ from dockerarch.sets.resolver import same_distribution, says_it_is
 PARALLELISM = ("MAX_JOBS",)  # options that change how fast a build runs, never what it makes
 
 
-def previous_result(out: Path, made: TargetSet, member: Member, accel: str) -> tuple[Path, dict[str, object], Path] | None:  # fmt: skip
+def previous_result(out: Path, made: TargetSet, member: Member, accel: str, *,
+                    base_id: str | None) -> tuple[Path, dict[str, object], Path] | None:  # fmt: skip
     """A result of this package's build for this target made as this build would make it, still
     the file it verified: (directory, manifest, wheel). The same sdist (sha256), build
-    environment (every pin), options, acceleration mode and dockerarch version: after numpy 1 ->
-    2 in its build environment, or another --set, the member is built again."""
+    environment (every pin), options, acceleration mode, dockerarch version and target base
+    (``base_id``, the engine's; None: none there yet, so nothing is reused): after numpy 1 -> 2
+    in its build environment, another --set, or a base bootstrapped or imported again, the
+    member is built again."""
     candidate = member.node.candidate
     name = canonicalize_name(candidate.name).replace("-", "_")
     directory = out / made.target / f"{name}-{candidate.version}"
@@ -52,6 +55,9 @@ def previous_result(out: Path, made: TargetSet, member: Member, accel: str) -> t
             or record.get("accel") != accel or manifest.get("dockerarch") != __version__
             or made_with(manifest.get("options")) != made_with(dict(made.request.options))):  # fmt: skip
         return None
+    base = manifest.get("base")
+    if base_id is None or not isinstance(base, dict) or base.get("id") != base_id:
+        return None
     for artifact in manifest.get("artifacts", []):
         path = directory / str(artifact.get("name"))
         if (
@@ -64,7 +70,11 @@ def previous_result(out: Path, made: TargetSet, member: Member, accel: str) -> t
 
 
 def reuse(made: TargetSet, member: Member, options: BuildOptions, progress: Progress) -> bool:
-    found = previous_result(options.out, made, member, options.accel)
+    from dockerarch import engine
+
+    base = engine.image_labels(made.request.target.base_image)
+    found = previous_result(options.out, made, member, options.accel,
+                            base_id=base[0] if base else None)  # fmt: skip
     if found is None:
         return False
     member.result, member.record, member.path = found

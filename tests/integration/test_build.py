@@ -571,16 +571,53 @@ def test_a_missing_base_is_bootstrapped_while_the_toolchain_image_is_made(tmp_pa
     assert "base ready" in [step["step"] for step in data["steps"]]  # type: ignore[union-attr]
 
 
+TEAM = "dockerarch-test/team"  # the team's registry: setup-host's, under its own namespace
+
+
+def _team_config(where: Path, mode: str) -> dict[str, str]:
+    """The environment of a dockerarch whose registry.yaml shares machine images with TEAM."""
+    config = where / f"registry-{mode}.yaml"
+    config.write_text(f"registry:\n  address: 127.0.0.1:5000\n  namespace: {TEAM}\n"
+                      f"  machine_images: {mode}\n")  # fmt: skip
+    return {"DOCKERARCH_REGISTRY_CONFIG": str(config)}
+
+
+def _forget(repository: str) -> None:
+    """Every tag of ``repository`` deleted from setup-host's registry (it allows deletes)."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    api = f"http://127.0.0.1:5000/v2/{repository}"
+    try:
+        with opener.open(f"{api}/tags/list", timeout=30) as answer:
+            tags = json.loads(answer.read()).get("tags") or []
+    except urllib.error.HTTPError:
+        return  # no such repository yet
+    for tag in tags:
+        head = urllib.request.Request(f"{api}/manifests/{tag}", method="HEAD", headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+                      "application/vnd.docker.distribution.manifest.v2+json, "
+                      "application/vnd.oci.image.index.v1+json"})  # fmt: skip
+        with opener.open(head, timeout=30) as answer:
+            digest = answer.headers["Docker-Content-Digest"]
+        opener.open(
+            urllib.request.Request(f"{api}/manifests/{digest}", method="DELETE"), timeout=30
+        )
+
+
 def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> None:
     """--no-cache: every step runs and every cache mount starts empty, so the package lists are
     fetched by the x86-64 apt of the package-lists stage, and each emulated apt step installs
     with the x86-64 apt while the stage's own dpkg unpacks and configures. The runtime base
-    (python3 and pip on the base) is made once, by the first build that needs it; the next cold
-    build starts from it."""
+    (python3 and pip on the base) is made once, by the first build that needs it, and pushed to
+    the team's registry (registry.yaml's machine_images: push); the next cold build, on a
+    machine without it, pulls it from there (machine_images: pull) instead of making it."""
     for made in _images("dockerarch/runtime-base:debian-armv7-*"):  # this test makes its own
         subprocess.run(["docker", "image", "rm", "--force", made], check=True, capture_output=True)
+    _forget(f"{TEAM}/runtime-base")
     done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-cache",
-                      "--out", str(tmp_path), timeout=3600)  # fmt: skip
+                      "--out", str(tmp_path), env=_team_config(tmp_path, "push"), timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0"
     log = (result / "build.log").read_text()
@@ -603,10 +640,22 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     assert f"runtime base image {runtime_base} made in" in done.stderr + done.stdout
     assert re.search(r"^### buildx: stage runtime-base-stage for linux/arm/v7$", log, re.M)
     assert _images("dockerarch/runtime-base:debian-armv7-*") == [runtime_base]
-    # The next cold build of the same packages on the same base installs them no more.
+    remote = f"127.0.0.1:5000/{TEAM}/{runtime_base.removeprefix('dockerarch/')}"
+    assert f"runtime base image pushed to {remote}" in done.stderr + done.stdout
+    assert not _images(remote)  # the engine keeps it under its own tag only
+    # The next cold build of the same packages on the same base installs them no more: on a
+    # machine without the runtime base, it is pulled from the team's registry, not made.
+    subprocess.run(["docker", "image", "rm", runtime_base], check=True, capture_output=True)
     again = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-cache",
-                       "--no-smoke", "--out", str(tmp_path / "again"), timeout=3600)  # fmt: skip
+                       "--no-smoke", "--out", str(tmp_path / "again"),
+                       env=_team_config(tmp_path, "pull"), timeout=3600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stderr + again.stdout
+    assert f"runtime base image {runtime_base} pulled from 127.0.0.1:5000/{TEAM}" in said, said[
+        -3000:
+    ]
+    assert "runtime base image made" not in said and " made in " not in said, said[-3000:]
+    assert _images("dockerarch/runtime-base:debian-armv7-*") == [runtime_base]
     second = tmp_path / "again" / "debian-armv7" / "dockerarch_tinyext-1.0.0"
     relog = (second / "build.log").read_text()
     assert manifest(second)["runtime_base_image"] == runtime_base

@@ -184,6 +184,12 @@ def test_import_keeps_every_kind_of_file(
         "docker", "image", "inspect", tag, "--format", "{{.Os}}/{{.Architecture}}/{{.Variant}}"
     )
     assert arch.stdout.strip() == "linux/arm/v7"
+    # its times: the newest in the image (what a card of it clamps to), none set by hand
+    label = sh("docker", "image", "inspect", tag, "--format",
+               '{{index .Config.Labels "org.dockerarch.base.source-date-epoch"}}').stdout.strip()  # fmt: skip
+    newest = max(p.lstat().st_mtime for p in rootfs.rglob("*"))
+    assert int(newest) <= int(label) <= images[kind].stat().st_mtime + 1, (label, newest)
+    assert f"SOURCE_DATE_EPOCH {label}: the newest file time in the image" in done.stderr
     entries = tar_of(tag, "linux/arm/v7", *CHECKED)
     assert entries["usr/local/bin/suid"].mode == 0o4755
     assert entries["srv/sticky"].mode == 0o1777

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch.config import RegistryConfig, load_registry_config
+from dockerarch.config import RegistryConfig, load_registry_config, parse_registry_config
 from dockerarch.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +28,27 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert load_registry_config() == RegistryConfig()
 
 
+def test_machine_images_are_pulled_from_the_registry_unless_it_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    from dockerarch import machineimages
+
+    path = tmp_path / "r.yaml"
+    path.write_text("registry:\n  address: registry.example.invalid:5000\n  namespace: team/ci\n")
+    config = parse_registry_config(path)
+    found = machineimages.sharing(config.machine_images, config.address, config.namespace)
+    assert found == machineimages.Sharing("registry.example.invalid:5000/team/ci", push=False)
+    assert (
+        found.remote("dockerarch/toolchain:x-1")
+        == "registry.example.invalid:5000/team/ci/toolchain:x-1"
+    )
+    path.write_text("registry:\n  machine_images: push\n")
+    assert machineimages.sharing(parse_registry_config(path).machine_images, "h", "n") == (
+        machineimages.Sharing("h/n", push=True)
+    )
+    assert machineimages.sharing("off", "h", "n") is None
+
+
 def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "r.yaml"
     path.write_text("registry:\n  address: registry.example.invalid:443\n  insecure: false\n")
@@ -46,6 +67,7 @@ def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("registry:\n  insecure: maybe\n", "must be true or false"),
         ("registry:\n  namespace: Upper/Case\n", "not a valid repository path"),
         ("registry:\n  cache: yes please\n", "'registry.cache' in"),
+        ("registry:\n  machine_images: share\n", "is 'share', not one of pull, push, off"),
         ("registry: [1, 2]\n", "must be a mapping"),
         ("registry:\n  address: [\n", ":3 is not valid YAML"),
         ("registry:\n  address: 127.0.0.1:70000\n", "has port 70000, which no TCP port is"),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dockerarch import accel, builders, buildsteps, paths
+from dockerarch import accel, builders, buildsteps, machineimages, paths
 from dockerarch.accel import Decision
 from dockerarch.config import FarmServer
-from dockerarch.engine import BuildSpec
+from dockerarch.engine import BuildSpec, Pulled
 from dockerarch.errors import EngineError
 from dockerarch.render import for_generate, plan
 
@@ -23,12 +23,36 @@ BASE = "sha256:" + "1" * 64
 
 
 class FakeEngine:
-    """Has the images in ``images``; a build of a loaded tag adds it."""
+    """Has the images in ``images``; a build of a loaded tag adds it. ``registry``: what a
+    registry holds (reference -> Pulled, or an EngineError its pull raises)."""
 
-    def __init__(self, images: set[str] | None = None) -> None:
+    def __init__(self, images: set[str] | None = None,
+                 registry: dict[str, Pulled | EngineError] | None = None) -> None:  # fmt: skip
         self.images = set(images or ())
+        self.registry = dict(registry or {})
         self.built: list[BuildSpec] = []
         self.probed: list[str] = []
+        self.pushed: list[str] = []
+
+    def pull_image(self, reference: str, platform: str) -> Pulled | None:
+        found = self.registry.get(reference)
+        if isinstance(found, EngineError):
+            raise found
+        if found is not None:
+            self.images.add(reference)
+        return found
+
+    def push_as(self, tag: str, remote: str) -> str:
+        assert tag in self.images
+        self.pushed.append(remote)
+        return remote
+
+    def remove_tag(self, reference: str) -> None:
+        self.images.discard(reference)
+
+    def tag_image(self, reference: str, tag: str, context: str | None = None) -> None:
+        assert reference in self.images, reference
+        self.images.add(tag)
 
     def image_labels(
         self, reference: str, context: str | None = None
@@ -52,7 +76,8 @@ class FakeEngine:
 
 
 def job(tmp_path: Path, engine: FakeEngine, *, recipe: str = "qpulib", node: bool = False,
-        farm: tuple[FarmServer, ...] = ()) -> tuple[buildsteps.JobState, list[str]]:  # fmt: skip
+        farm: tuple[FarmServer, ...] = (), sharing: machineimages.Sharing | None = None,
+        ) -> tuple[buildsteps.JobState, list[str]]:  # fmt: skip
     (request,) = plan(recipe, arch="armv7", target=None, version=None, package=None, settings={})
     request = for_generate(request, "hybrid")
     route = builders.Route(builder="pi" if node else builders.LOCAL, context="pi" if node else None,
@@ -62,7 +87,7 @@ def job(tmp_path: Path, engine: FakeEngine, *, recipe: str = "qpulib", node: boo
     work.mkdir()
     state = buildsteps.JobState(
         request=request, route=route, decision=Decision(accel="hybrid", toolchain=request.toolchain),
-        options=buildsteps.BuildOptions(out=tmp_path, farm=farm, cache=False),
+        options=buildsteps.BuildOptions(out=tmp_path, farm=farm, cache=False, machine_images=sharing),
         engine=engine, work=work, log=io.StringIO(), say=said.append,
         step=lambda _s: None, count=lambda *_a: None,
     )  # fmt: skip
@@ -89,6 +114,79 @@ def test_the_first_build_makes_the_image_and_takes_its_native_stages_from_it(
     again, _ = job(tmp_path, engine, recipe="qpulib")
     buildsteps.toolchain_image(again)
     assert len(engine.built) == 1 and again.toolchain_image == tag
+
+
+TEAM = machineimages.Sharing("registry.example.invalid:5000/dockerarch", push=True)
+
+
+def _remote(tag: str) -> str:
+    return TEAM.remote(tag)
+
+
+def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
+    engine = FakeEngine()
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    buildsteps.toolchain_image(state)
+    (spec,) = engine.built
+    tag = spec.load_tag
+    assert tag is not None and spec.labels is not None
+    made_key = spec.labels[machineimages.KEY_LABEL]
+    assert tag.endswith(made_key[:16])  # the label holds the whole key the tag is cut from
+    assert (
+        engine.pushed
+        == [_remote(tag)]
+        == ["registry.example.invalid:5000/dockerarch/" + tag.removeprefix("dockerarch/")]
+    )
+    assert _remote(tag) not in engine.images  # the engine keeps its own tag only
+    assert any("has no toolchain:" in line for line in said), said
+    assert any(f"pushed to {_remote(tag)}" in line for line in said), said
+    # read-only ("pull"): made, never pushed
+    engine = FakeEngine()
+    state, _ = job(tmp_path, engine, sharing=machineimages.Sharing(TEAM.prefix))
+    buildsteps.toolchain_image(state)
+    assert len(engine.built) == 1 and engine.pushed == []
+
+
+def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_and_platform_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
+    probe = FakeEngine()
+    made, _ = job(tmp_path, probe)
+    buildsteps.toolchain_image(made)
+    (spec,) = probe.built
+    tag, right = spec.load_tag, spec.labels
+    assert tag is not None and right is not None
+    good = Pulled(labels=dict(right), platform="linux/amd64")
+    engine = FakeEngine(registry={_remote(tag): good})
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    buildsteps.toolchain_image(state)
+    assert engine.built == [] and engine.pushed == [] and tag in engine.images
+    assert _remote(tag) not in engine.images
+    assert state.toolchain_image == tag
+    assert any(f"{tag} pulled from {TEAM.prefix}" in line for line in said), said
+    # another key under the tag, or another platform: not taken, made here
+    for bad in (Pulled(labels={machineimages.KEY_LABEL: "0" * 64}, platform="linux/amd64"),
+                Pulled(labels=dict(right), platform="linux/arm64")):  # fmt: skip
+        engine = FakeEngine(registry={_remote(tag): bad})
+        state, said = job(tmp_path, engine, sharing=TEAM)
+        buildsteps.toolchain_image(state)
+        assert len(engine.built) == 1 and _remote(tag) not in engine.images
+        assert any("is not what its tag says" in line for line in said), said
+    # a registry that does not answer: made here, said
+    engine = FakeEngine(registry={_remote(tag): EngineError("connection refused")})
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    buildsteps.toolchain_image(state)
+    assert len(engine.built) == 1
+    assert any("not pulled from" in line and "connection refused" in line for line in said), said
+
+
+def test_arm64_s_variant_is_the_same_platform() -> None:
+    assert machineimages.same_platform("linux/arm64/v8", "linux/arm64")
+    assert not machineimages.same_platform("linux/arm/v7", "linux/arm64")
 
 
 def test_a_build_on_a_node_builds_its_own_stages(tmp_path: Path) -> None:

@@ -1168,29 +1168,42 @@ def test_compiled_build_requirements_get_their_x86_64_twins_from_the_set_s_index
 def test_a_wheel_built_before_its_requirements_were_known_is_never_reused(tmp_path: Path) -> None:
     made, member, manifest = _built_before(tmp_path)
     manifest()
-    found = reuse.previous_result(tmp_path, made, member, "hybrid")
+    found = reuse.previous_result(tmp_path, made, member, "hybrid", base_id=BASE_ID)
     assert found is not None and found[2].name == "old-1.0-py3-none-any.whl"
     manifest(wheel_only=True)  # no runtime image, no smoke test: built again
-    assert reuse.previous_result(tmp_path, made, member, "hybrid") is None
+    assert reuse.previous_result(tmp_path, made, member, "hybrid", base_id=BASE_ID) is None
 
 
 def test_a_wheel_built_against_another_build_environment_or_mode_is_not_reused(
     tmp_path: Path,
 ) -> None:
     """The same sdist is not the same build: numpy 1 -> 2 in its build environment, another
-    --set option, plain emulation instead of hybrid, or another dockerarch builds it again; how
-    many jobs ran it (MAX_JOBS) does not."""
+    --set option, plain emulation instead of hybrid, another dockerarch or another target base
+    builds it again; how many jobs ran it (MAX_JOBS) does not."""
     from dockerarch import __version__
 
     made, member, manifest = _built_before(tmp_path)
     manifest(options={**made.request.options, "MAX_JOBS": "64"})
-    assert reuse.previous_result(tmp_path, made, member, "hybrid") is not None
+    assert reuse.previous_result(tmp_path, made, member, "hybrid", base_id=BASE_ID) is not None
     for stale in ({"build_env": ["numpy==1.26.4"]}, {"accel": "none"}, {"dockerarch": "0.0.1"},
                   {"options": {**made.request.options, "BACKEND": "i386"}}):  # fmt: skip
         manifest(**stale)
-        assert reuse.previous_result(tmp_path, made, member, "hybrid") is None, stale
+        assert reuse.previous_result(tmp_path, made, member, "hybrid", base_id=BASE_ID) is None, (
+            stale
+        )
     manifest(dockerarch=__version__)
-    assert reuse.previous_result(tmp_path, made, member, "none") is None
+    assert reuse.previous_result(tmp_path, made, member, "none", base_id=BASE_ID) is None
+    # made from another base (bootstrapped or imported again), or no base in the engine yet
+    manifest()
+    assert reuse.previous_result(tmp_path, made, member, "hybrid", base_id=BASE_ID) is not None
+    assert (
+        reuse.previous_result(tmp_path, made, member, "hybrid", base_id="sha256:" + "2" * 64)
+        is None
+    )
+    assert reuse.previous_result(tmp_path, made, member, "hybrid", base_id=None) is None
+
+
+BASE_ID = "sha256:" + "1" * 64  # the target base the earlier result was made from
 
 
 def _built_before(tmp_path: Path) -> tuple[model.TargetSet, model.Member, Any]:
@@ -1219,6 +1232,7 @@ def _built_before(tmp_path: Path) -> tuple[model.TargetSet, model.Member, Any]:
                  dockerarch: str = __version__, options: dict[str, str] | None = None) -> None:  # fmt: skip
         (wheel.parent / "manifest.json").write_text(json.dumps({
             "artifacts": [{"kind": "wheel", "name": wheel.name, "sha256": sha256_file(wheel)}],
+            "base": {"image": request.target.base_image, "id": BASE_ID},
             "dockerarch": dockerarch, "options": dict(request.options) if options is None else options,
             "wheelset": {"sdist": {"sha256": digest}, "wheel_only": wheel_only, "accel": accel,
                          "build_env": ["numpy==2.0.0"] if build_env is None else build_env}}))  # fmt: skip
