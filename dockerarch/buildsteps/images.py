@@ -25,8 +25,7 @@ def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str,
     members may ask for it together); push what was made when the registry takes it."""
     with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
-            sharing = job.options.machine_images
-            if sharing is None or not _pulled(job, sharing, tag, key, platform, what):
+            if not pulled(job, tag, machineimages.KEY_LABEL, key, platform, what):
                 spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
                                  load_tag=tag, secrets=job.secrets, cache=job.options.cache,
                                  build_contexts=job.contexts, allow=job.allow,
@@ -35,42 +34,50 @@ def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str,
                 stream(job, spec, f"{what} (once per machine)")
                 job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that "
                         f"need {shared} start from it")  # fmt: skip
-                if sharing is not None and sharing.push:
-                    _push(job, sharing, tag, what)
+                pushed(job, tag, what)
     machineimages.record_use(tag)  # what dockerarch prune reads: used, so kept
 
 
-def _pulled(job: JobState, sharing: machineimages.Sharing, tag: str, key: str, platform: str,
-            what: str) -> bool:  # fmt: skip
-    """Whether the team's registry gave ``tag``: pulled by key, taken only when its key label
-    and its platform are the ones asked for (anything else is untagged and made here)."""
+def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what: str) -> bool:
+    """Whether the team's registry (registry.yaml's machine_images) gave ``tag``: pulled, taken
+    only when its ``label`` is ``value`` (the key of what it is made from) and its platform is
+    the one asked for (anything else is untagged, and the caller makes it)."""
+    sharing = job.options.machine_images
+    if sharing is None:
+        return False
     remote = sharing.remote(tag)
     began = time.monotonic()
     try:
-        pulled = job.engine.pull_image(remote, platform)
+        found = job.engine.pull_image(remote, platform)
     except EngineError as exc:
         job.say(f"{what}: not pulled from {sharing.prefix} ({exc.problem}): made here")
         return False
-    if pulled is None:
-        job.say(f"{what}: {sharing.prefix} has no {remote.rpartition('/')[2]}: made here")
+    if found is None:
+        job.say(f"{what}: {sharing.prefix} has no {remote.removeprefix(sharing.prefix + '/')}: "
+                "made here")  # fmt: skip
         return False
     try:
-        if pulled.labels.get(machineimages.KEY_LABEL) != key or not machineimages.same_platform(
-                pulled.platform, platform):  # fmt: skip
-            job.say(f"warning: {remote} is not what its tag says (key "
-                    f"{pulled.labels.get(machineimages.KEY_LABEL, 'none')[:16]}, platform "
-                    f"{pulled.platform}; asked {key[:16]}, {platform}): not taken, made here")  # fmt: skip
+        if found.labels.get(label) != value or not machineimages.same_platform(
+            found.platform, platform
+        ):
+            job.say(f"warning: {remote} is not what its tag says ({label} "
+                    f"{found.labels.get(label, 'none')[:16]}, platform {found.platform}; asked "
+                    f"{value[:16]}, {platform}): not taken, made here")  # fmt: skip
             return False
         job.engine.tag_image(remote, tag)
     finally:
         job.engine.remove_tag(remote)  # the engine keeps it under its own tag only (prune)
     job.say(f"{what} {tag} pulled from {sharing.prefix} in {time.monotonic() - began:.0f} s "
-            "(its key and platform checked)")  # fmt: skip
+            "(what it is made from and its platform checked)")  # fmt: skip
     return True
 
 
-def _push(job: JobState, sharing: machineimages.Sharing, tag: str, what: str) -> None:
-    """``tag`` pushed to the team's registry; a push that fails is said, the build goes on."""
+def pushed(job: JobState, tag: str, what: str) -> None:
+    """``tag`` pushed to the team's registry when it takes machine images (push); a push that
+    fails is said, and the build goes on."""
+    sharing = job.options.machine_images
+    if sharing is None or not sharing.push:
+        return
     remote = sharing.remote(tag)
     began = time.monotonic()
     try:

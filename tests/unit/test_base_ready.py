@@ -127,3 +127,48 @@ def test_a_base_dockerarch_cannot_make_is_said_before_anything_is_built(
     with pytest.raises(UsageError, match="cannot bootstrap one unaided: no Debian mirror"):
         buildsteps.ensure_base(state)
     assert state.base_pending is None and bootstraps.asked == [] and engine.built == []
+
+
+class _Request:
+    """Stands in for a base.BaseRequest: what a pulled base is checked against."""
+
+    class target:
+        platform = "linux/arm/v7"
+
+    def inputs_hash(self) -> str:
+        return "9" * 64
+
+
+def test_a_missing_base_is_pulled_from_the_team_s_registry_when_its_inputs_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dockerarch import base, machineimages
+    from dockerarch.engine import Pulled
+
+    from .test_toolchain_image import TEAM
+
+    made: list[object] = []
+
+    def bootstrap(request: object, progress: object = None) -> object:
+        made.append(request)
+        raise RuntimeError("bootstrapped")
+
+    monkeypatch.setattr(base, "bootstrap", bootstrap)
+    tag = "dockerarch/base/debian-armv7:bookworm"
+    same = Pulled(labels={f"{LABEL_PREFIX}.inputs": "9" * 64}, platform="linux/arm/v7")
+    engine = FakeEngine(registry={TEAM.remote(tag): same})
+    engine.image_labels = lambda ref, context=None: (
+        (TARGET_ID, same.labels) if ref in engine.images else None
+    )  # type: ignore[method-assign]
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    found = buildsteps.bases._local_base(state, "debian-armv7", tag, _Request())  # type: ignore[arg-type]
+    assert found == (TARGET_ID, same.labels) and made == []
+    assert any(f"base {tag} pulled from {TEAM.prefix}" in line for line in said), said
+    # made from other inputs (another mirror, another suite): bootstrapped here
+    other = Pulled(labels={f"{LABEL_PREFIX}.inputs": "8" * 64}, platform="linux/arm/v7")
+    engine = FakeEngine(registry={TEAM.remote(tag): other})
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    with pytest.raises(RuntimeError, match="bootstrapped"):
+        buildsteps.bases._local_base(state, "debian-armv7", tag, _Request())  # type: ignore[arg-type]
+    assert len(made) == 1 and TEAM.remote(tag) not in engine.images
+    assert machineimages.same_platform(other.platform, _Request.target.platform)
