@@ -274,6 +274,8 @@ def parse_registry_config(path: Path) -> RegistryConfig:
     if not isinstance(cache, bool):
         raise ConfigError(f"'registry.cache' in {path} must be true or false")
     machine_images = section.get("machine_images", defaults.machine_images)
+    if machine_images is False:  # YAML reads a bare `off` as false
+        machine_images = "off"
     if machine_images not in MACHINE_IMAGE_MODES:
         raise ConfigError(
             f"'registry.machine_images' in {path} is {machine_images!r}, not one of "

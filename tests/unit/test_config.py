@@ -46,6 +46,8 @@ def test_machine_images_are_pulled_from_the_registry_unless_it_says_otherwise(
     assert machineimages.sharing(parse_registry_config(path).machine_images, "h", "n") == (
         machineimages.Sharing("h/n", push=True)
     )
+    path.write_text("registry:\n  machine_images: off\n")  # YAML's false, as written
+    assert parse_registry_config(path).machine_images == "off"
     assert machineimages.sharing("off", "h", "n") is None
 
 
