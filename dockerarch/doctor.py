@@ -302,16 +302,23 @@ def check_disk(daemon_ok: bool, min_free_gib: float, state_dir: Path | None = No
     return _passed(name, detail)
 
 
-def check_machine_images(daemon_ok: bool) -> CheckResult:
-    """How much this machine's toolchain images and runtime bases hold (never a failure)."""
+def check_machine_images(daemon_ok: bool, registry: RegistryConfig | None = None) -> CheckResult:
+    """How much this machine's toolchain images and runtime bases hold, and whether the team's
+    registry shares them (never a failure)."""
     name = "machine images"
     if not daemon_ok:
         return CheckResult(name=name, ok=False, skipped=True, required=False,
                            detail="not run: no docker daemon", fix=None)  # fmt: skip
     images = machineimages.listing()
     days = machineimages.DEFAULT_UNUSED_DAYS
-    return CheckResult(name=name, ok=True, required=False,
-                       detail=machineimages.summary(images, days, time.time()))  # fmt: skip
+    detail = machineimages.summary(images, days, time.time())
+    if registry is not None:
+        shared = machineimages.sharing(
+            registry.machine_images, registry.address, registry.namespace
+        )
+        detail += ("; not shared (machine_images: off)" if shared is None else
+                   f"; {'pulled from and pushed to' if shared.push else 'pulled from'} {shared.prefix}")  # fmt: skip
+    return CheckResult(name=name, ok=True, required=False, detail=detail)
 
 
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
@@ -345,6 +352,6 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         _guarded("package index", lambda: check_index(registry)),
         _guarded("compiler cache", lambda: check_compiler_cache(registry, state_dir())),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib, state_dir())),
-        _guarded("machine images", lambda: check_machine_images(daemon.ok)),
+        _guarded("machine images", lambda: check_machine_images(daemon.ok, registry)),
     ]
     return results

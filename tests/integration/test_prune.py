@@ -57,6 +57,7 @@ def test_prune_removes_only_what_no_build_used(state: dict[str, str]) -> None:
     doctor = dockerarch("doctor", "--json", env=state)
     (row,) = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "machine images"]
     assert "2 unused for 14+ days" in row["detail"] and "dockerarch prune" in row["detail"], row
+    assert "pulled from 127.0.0.1:5000/dockerarch" in row["detail"], row  # the default: pull
 
     dry = dockerarch("prune", "--dry-run", "--json", env=state)
     assert dry.returncode == 0, dry.stderr
