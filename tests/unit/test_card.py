@@ -187,3 +187,68 @@ def test_a_command_s_output_on_the_console_is_what_it_printed() -> None:
     assert boot.command_output(echoed + printed) == "0.23.0 armv7l\nsecond line\n"
     # a line of the command's own that only holds brackets stays
     assert boot.command_output(echoed + "[1.5] not the kernel\n") == "[1.5] not the kernel\n"
+
+
+class _Console:
+    """Stands in for pexpect's child: shows the pattern at index ``shows`` of what is awaited."""
+
+    def __init__(self, shows: str) -> None:
+        self.shows = shows
+
+    def expect(self, patterns: list[str]) -> int:
+        import re
+
+        return next(i for i, p in enumerate(patterns) if re.search(p, self.shows))
+
+
+def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overlay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Pi's SD host driver times out when TCG leaves a vCPU unscheduled for longer than its
+    10 s timer, and its DMA completion then oopses: the emulator's fault, watched for in every
+    wait on the console, and the boot tried again once; twice is an error."""
+    from dockerarch.card import boot
+
+    fault = (
+        "[   95.320998] sdhost-bcm2835 3f202000.mmc: timeout waiting for hardware interrupt.\r\n"
+    )
+    with pytest.raises(boot.EmulatorFault, match="the login prompt"):
+        boot._expect(_Console(fault), [r"login: ", boot.EMERGENCY], "the login prompt")
+    assert boot._expect(_Console("pi-1 login: "), [r"login: ", boot.EMERGENCY], "x") == 0
+
+    card = tmp_path / "pi.img"
+    card.write_bytes(b"\0" * 1024)
+    (tmp_path / "pi.img.manifest.json").write_text("{}")
+    made: list[str] = []
+    monkeypatch.setattr(boot, "boot_files", lambda *a: (card, card, card, "console=ttyS1"))
+    monkeypatch.setattr(
+        boot, "overlay", lambda c, w, size: made.append("overlay") or w / "sd.qcow2"
+    )
+    monkeypatch.setattr(boot.shutil, "which", lambda name: "/usr/bin/" + name)
+    runs: list[int] = []
+
+    def once(argv: list[str], **kw: object) -> boot.Booted:
+        runs.append(1)
+        (tmp_path / "console.log").write_text(fault)
+        if len(runs) == 1:
+            raise boot.EmulatorFault("the emulated SD host stalled")
+        return boot.Booted(seconds_to_login=1.0)
+
+    monkeypatch.setattr(boot, "_boot_once", once)
+    rpi3b = boards.load_boards()["rpi3b"]
+    said: list[str] = []
+    booted = boot.boot(card, rpi3b, "armv7", user="pi", password="x", commands=[], work=tmp_path,
+                       say=said.append)  # fmt: skip
+    assert len(runs) == 2 and made == ["overlay", "overlay"]
+    assert booted.emulator_faults == ["the emulated SD host stalled"]
+    assert (tmp_path / "console-1.log").read_bytes() == fault.encode()  # the broken boot's console kept
+    assert any("booting the card again from a fresh overlay" in line for line in said), said
+
+    def always(argv: list[str], **kw: object) -> boot.Booted:
+        (tmp_path / "console.log").write_text(fault)
+        raise boot.EmulatorFault("the emulated SD host stalled")
+
+    monkeypatch.setattr(boot, "_boot_once", always)
+    with pytest.raises(boot.EmulatorFault):
+        boot.boot(card, rpi3b, "armv7", user="pi", password="x", commands=[], work=tmp_path,
+                  say=said.append)  # fmt: skip
