@@ -241,7 +241,8 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
                        say=said.append)  # fmt: skip
     assert len(runs) == 2 and made == ["overlay", "overlay"]
     assert booted.emulator_faults == ["the emulated SD host stalled"]
-    assert (tmp_path / "console-1.log").read_bytes() == fault.encode()  # the broken boot's console kept
+    # the broken boot's console kept
+    assert (tmp_path / "console-1.log").read_bytes() == fault.encode()
     assert any("booting the card again from a fresh overlay" in line for line in said), said
 
     def always(argv: list[str], **kw: object) -> boot.Booted:
