@@ -233,9 +233,7 @@ def _plan_jobs(
     stops the run before anything is built or written."""
     if options.indexes is not None and options.indexes.loopback:
         # the fetching steps reach an index on loopback (macros.j2's host_secrets)
-        requests = [
-            r if r.wheelset else dataclasses.replace(r, index_network=True) for r in requests
-        ]
+        requests = [dataclasses.replace(r, index_network=True) for r in requests]
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
     uses = [resolve_uses(r, options) for r in requests]

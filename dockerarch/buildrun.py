@@ -189,8 +189,7 @@ def build_options(requests: list[RenderRequest], chosen: dict[str, str], registr
         registry_cache=registry.cache_repository if use_registry_cache else None,
         registry_cache_loopback=registry.loopback, uses=parse_use(use), farm=servers,
         jobs_chosen=JOBS_OPTION in chosen, compiler_cache=remote, indexes=indexes,
-        machine_images=machineimages.sharing(registry.machine_images, registry.address,
-                                             registry.namespace),
+        machine_images=machineimages.sharing(registry),
     )  # fmt: skip
 
 

@@ -313,9 +313,7 @@ def check_machine_images(daemon_ok: bool, registry: RegistryConfig | None = None
     days = machineimages.DEFAULT_UNUSED_DAYS
     detail = machineimages.summary(images, days, time.time())
     if registry is not None:
-        shared = machineimages.sharing(
-            registry.machine_images, registry.address, registry.namespace
-        )
+        shared = machineimages.sharing(registry)
         detail += ("; not shared (machine_images: off)" if shared is None else
                    f"; {'pulled from and pushed to' if shared.push else 'pulled from'} {shared.prefix}")  # fmt: skip
     return CheckResult(name=name, ok=True, required=False, detail=detail)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dockerarch import base, engine
+from dockerarch.config import RegistryConfig
 from dockerarch.errors import EngineError, OutputError
 from dockerarch.files import write_atomic
 
@@ -180,9 +181,13 @@ class Sharing:
         return f"{self.prefix}/{tag.removeprefix('dockerarch/')}"
 
 
-def sharing(mode: str, address: str, namespace: str) -> Sharing | None:
-    """registry.yaml's ``machine_images`` mode as a Sharing (None: off)."""
-    return None if mode == "off" else Sharing(f"{address}/{namespace}", push=mode == "push")
+def sharing(registry: RegistryConfig) -> Sharing | None:
+    """registry.yaml's ``machine_images`` as a Sharing (None: off)."""
+    if registry.machine_images == "off":
+        return None
+    return Sharing(
+        f"{registry.address}/{registry.namespace}", push=registry.machine_images == "push"
+    )
 
 
 def same_platform(found: str, wanted: str) -> bool:

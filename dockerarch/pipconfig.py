@@ -1,7 +1,7 @@
 """pip's own configuration, read as pip documents it (its "Configuration" topic), so that a set
-resolves, and a recipe's build fetches, where this machine's pip would: the configuration files (global, user, site, then
-PIP_CONFIG_FILE's), ``[global]`` then ``[install]`` in each, then the PIP_* environment
-variables, each later one overriding. Only what decides where packages come from is read:
+resolves, and a recipe's build fetches, where this machine's pip would: the configuration files
+(global, user, site, then PIP_CONFIG_FILE's), ``[global]`` then ``[install]`` in each, then the
+PIP_* environment variables, each later one overriding. Only what decides where packages come from is read:
 index-url, extra-index-url, find-links, no-index.
 
 Read with configparser rather than through ``pip config`` or pip's own classes: the file format
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dockerarch.config import is_loopback, url_host
+from dockerarch.simple_api import redacted
 
 NAME = "pip.conf"
 SECTIONS = ("global", "install")  # pip's order: the command's section overrides [global]
@@ -154,7 +155,7 @@ class BuildIndexes:
         return "".join(u + "\n" for u in (self.index_url, *self.extra_index_urls))
 
     def says(self) -> str:
-        """A progress line, when pip's configuration changes anything (None-like '' otherwise)."""
+        """A progress line when pip's configuration changes anything, else ''."""
         if self.origin == "pip's defaults" and not self.left_out:
             return ""
         line = f"indexes for the build, from {self.origin}: {self.index_url}"
@@ -179,9 +180,8 @@ def for_builds(config: PipConfig, default: str | None = None) -> BuildIndexes:
         if parts.scheme not in ("http", "https"):
             left_out.append(url)
         elif parts.username is not None or parts.password is not None:
-            shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
             raise UsageError(
-                f"pip's configuration ({config.origin()}) gives the index {shown} with "
+                f"pip's configuration ({config.origin()}) gives the index {redacted(url)} with "
                 "credentials, and a recipe's build fetches inside the engine, where the code it "
                 "builds could read them",
                 fix="Build it as a wheel set (dockerarch build wheel --package NAME==VERSION: a set "

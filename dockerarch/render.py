@@ -67,6 +67,12 @@ class RenderRequest:
     index_network: bool = False
 
     @property
+    def fetch_network(self) -> bool:
+        """Whether the fetching steps run on the host's network (an index on loopback); a wheel
+        set's never do: it fetches on the host."""
+        return self.index_network and self.wheelset is None
+
+    @property
     def own_code(self) -> bool:
         """The user's own code: a tree on this machine they gave (--source DIR, --package ./DIR,
         a set's ./DIR or -e DIR line), not one fetched from an index or a recipe's pinned source.
@@ -208,7 +214,7 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
         "toolchain": request.toolchain.template_vars() if request.toolchain else None,
         "local_source": request.source is not None,
         "wheelset": request.wheelset is not None,
-        "index_network": request.index_network and request.wheelset is None,
+        "index_network": request.fetch_network,
     }
     try:
         template = env.get_template(recipe.template.name)

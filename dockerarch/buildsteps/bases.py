@@ -14,7 +14,7 @@ from dockerarch.errors import UsageError
 
 if TYPE_CHECKING:
     from dockerarch.base import BaseRequest
-from dockerarch.buildsteps import images
+from dockerarch.buildsteps.images import pulled, pushed
 from dockerarch.buildsteps.state import JobState
 
 
@@ -112,14 +112,14 @@ def _local_base(job: JobState, name: str, tag: str,
         from dockerarch import base
 
         request = request or _bootstrap_request(name, tag)
-        if images.pulled(job, tag, f"{base.LABEL_PREFIX}.inputs", request.inputs_hash(),
-                         request.target.platform, "base"):  # fmt: skip
+        if pulled(job, tag, f"{base.LABEL_PREFIX}.inputs", request.inputs_hash(),
+                  request.target.platform, "base"):  # fmt: skip
             return job.engine.image_labels(tag) or ("", {})
         job.say(f"no base {tag} yet: bootstrapping it (a few minutes, once)")
         made = base.bootstrap(request, progress=job.say)
         job.say(f"base {tag} made in {made.seconds:.0f} s ({made.image_id[:19]})"
                 + (f"; {made.note}" if made.note else ""))  # fmt: skip
-        images.pushed(job, tag, "base")
+        pushed(job, tag, "base")
         return made.image_id, (job.engine.image_labels(tag) or (made.image_id, {}))[1]
 
 

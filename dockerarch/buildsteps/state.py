@@ -31,9 +31,8 @@ from dockerarch.machineimages import Sharing
 from dockerarch.pipconfig import BuildIndexes
 from dockerarch.render import RenderRequest, render_dockerfile
 
-INDEX_SECRET = (
-    "dockerarch-index"  # its id (macros.j2's host_secrets) and file in the job's directory
-)
+# the indexes' secret: its id (macros.j2's host_secrets) and its file in the job's directory
+INDEX_SECRET = "dockerarch-index"
 
 
 class Engine(Protocol):
@@ -144,9 +143,9 @@ class JobState:
         """buildx entitlements of this job's steps: the host's network, for a compile farm or
         the shared compiler cache on loopback (compile_network) or an index there."""
         toolchain = self.request.toolchain
-        host = (toolchain is not None and bool(toolchain.compile_network)) or (
-            self.request.index_network and self.request.wheelset is None
-        )
+        host = (
+            toolchain is not None and bool(toolchain.compile_network)
+        ) or self.request.fetch_network
         return ("network.host",) if host else ()
 
     @property

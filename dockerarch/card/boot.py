@@ -133,22 +133,21 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
             "-drive", f"if=sd,format=qcow2,file={sd}", "-display", "none", "-monitor", "none",
             *["-serial", "null"] * qemu.serial_port, "-serial", "stdio", "-no-reboot"]  # fmt: skip
     faults: list[str] = []
-    for attempt in range(1, ATTEMPTS + 1):
+    while True:
         say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
         try:
             booted = _boot_once(argv, user=user, password=password, commands=commands,
                                 work=work, say=say, timeout=timeout)  # fmt: skip
         except EmulatorFault as fault:
-            if attempt == ATTEMPTS:
-                raise
-            (work / "console.log").rename(work / f"console-{attempt}.log")
             faults.append(fault.problem)
+            if len(faults) == ATTEMPTS:
+                raise
+            (work / "console.log").rename(work / f"console-{len(faults)}.log")
             say(f"{fault.problem}: booting the card again from a fresh overlay")
             overlay(card, work, card_size(card.stat().st_size))
             continue
         booted.emulator_faults = faults
         return booted
-    raise AssertionError("unreachable")  # every attempt returns or raises
 
 
 def _boot_once(argv: list[str], *, user: str, password: str, commands: Sequence[str], work: Path,

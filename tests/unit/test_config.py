@@ -36,19 +36,18 @@ def test_machine_images_are_pulled_from_the_registry_unless_it_says_otherwise(
     path = tmp_path / "r.yaml"
     path.write_text("registry:\n  address: registry.example.invalid:5000\n  namespace: team/ci\n")
     config = parse_registry_config(path)
-    found = machineimages.sharing(config.machine_images, config.address, config.namespace)
+    found = machineimages.sharing(config)
     assert found == machineimages.Sharing("registry.example.invalid:5000/team/ci", push=False)
     assert (
         found.remote("dockerarch/toolchain:x-1")
         == "registry.example.invalid:5000/team/ci/toolchain:x-1"
     )
     path.write_text("registry:\n  machine_images: push\n")
-    assert machineimages.sharing(parse_registry_config(path).machine_images, "h", "n") == (
-        machineimages.Sharing("h/n", push=True)
-    )
+    pushing = dataclasses.replace(parse_registry_config(path), address="h", namespace="n")
+    assert machineimages.sharing(pushing) == (machineimages.Sharing("h/n", push=True))
     path.write_text("registry:\n  machine_images: off\n")  # YAML's false, as written
     assert parse_registry_config(path).machine_images == "off"
-    assert machineimages.sharing("off", "h", "n") is None
+    assert machineimages.sharing(RegistryConfig(machine_images="off")) is None
 
 
 def test_env_points_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
