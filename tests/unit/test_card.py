@@ -195,10 +195,41 @@ class _Console:
     def __init__(self, shows: str) -> None:
         self.shows = shows
 
-    def expect(self, patterns: list[str]) -> int:
+    def expect(self, patterns: list[str], timeout: float) -> int:
         import re
 
-        return next(i for i, p in enumerate(patterns) if re.search(p, self.shows))
+        import pexpect
+
+        shown = [i for i, p in enumerate(patterns) if re.search(p, self.shows)]
+        if not shown:
+            raise pexpect.TIMEOUT("nothing")
+        return shown[0]
+
+
+def test_a_board_that_stops_talking_is_the_emulator_s_fault_and_a_slow_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """A board silent for SILENT seconds while booting stalled under TCG (the boot is tried
+    again); a board that talks but never shows the prompt runs into the timeout, a user's error
+    about the card; a command may be quiet for as long as the timeout allows."""
+    from dockerarch.card import boot
+
+    log = boot.ConsoleLog(tmp_path / "console.log")
+    quiet = _Console("")
+    log.last -= boot.SILENT + 1
+    with pytest.raises(
+        boot.EmulatorFault, match=r"said nothing for 1\d\d s while the card was to show the login"
+    ):
+        boot.expect(quiet, log, "login: ", "the login prompt", 900, slice_s=0)  # fmt: skip
+    with pytest.raises(boot.BootError, match="did not show the end of `make` in time") as raised:
+        boot.expect(quiet, log, "status=", "the end of `make`", 0, silent=None, slice_s=0)
+    assert not isinstance(raised.value, boot.EmulatorFault)
+    log.write("[  12.000000] still booting\n")  # it talks: not silent, only slow
+    with pytest.raises(boot.BootError, match="in time") as raised:
+        boot.expect(quiet, log, "login: ", "the login prompt", 0, slice_s=0)
+    assert not isinstance(raised.value, boot.EmulatorFault)
+    log.close()
+    assert (tmp_path / "console.log").read_text() == "[  12.000000] still booting\n"
 
 
 def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overlay(
@@ -212,9 +243,11 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
     fault = (
         "[   95.320998] sdhost-bcm2835 3f202000.mmc: timeout waiting for hardware interrupt.\r\n"
     )
+    log = boot.ConsoleLog(tmp_path / "console.log")
     with pytest.raises(boot.EmulatorFault, match="the login prompt"):
-        boot._expect(_Console(fault), [r"login: ", boot.EMERGENCY], "the login prompt")
-    assert boot._expect(_Console("pi-1 login: "), [r"login: ", boot.EMERGENCY], "x") == 0
+        boot.expect(_Console(fault), log, [r"login: ", boot.EMERGENCY], "the login prompt", 900)
+    assert boot.expect(_Console("pi-1 login: "), log, [r"login: ", boot.EMERGENCY], "x", 900) == 0
+    log.close()
 
     card = tmp_path / "pi.img"
     card.write_bytes(b"\0" * 1024)
