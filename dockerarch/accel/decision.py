@@ -90,16 +90,20 @@ class Toolchain:
     # build listens on loopback.
     compile_network: str = ""
     fortran: bool = True  # Debian has the cross gfortran of this gcc: grafted beside gcc
+    # The toolchain's amd64 suite has the target's Python version: its x86-64 (and for a 32-bit
+    # target i386) interpreter is carried, for native generators and PEP 517 backends.
+    image_python: bool = True
 
     @property
     def packages(self) -> tuple[str, ...]:
         """apt packages of the toolchain stage (gcc and libc6-dev: to build dockerarch-cc; pip to
-        install uv; packaging for fetch-sdist; distcc, a compile farm's client; the native
-        drivers). The first three are the cross compiler."""
+        install uv; packaging for fetch-sdist; distcc, a compile farm's client; every native
+        driver and the YAML loader of native generators). The first three are the cross
+        compiler. The same for every recipe of a target: one toolchain image per target
+        (imagekeys.toolchain_key), each build using what it needs of it (``use_drivers``)."""
         return (*cross_packages(self.triplet, self.gcc, self.fortran), "ccache", "distcc", "gcc", "libc6-dev",
-                "python3-pip",
-                "python3-packaging", *[d for d in self.drivers if d != "dash"],
-                *(["python3-yaml"] if self.native_python else []))  # fmt: skip
+                "python3-pip", "python3-packaging", *[d for d in DRIVERS if d != "dash"],
+                "python3-yaml")  # fmt: skip
 
     @property
     def python32(self) -> bool:
@@ -107,9 +111,22 @@ class Toolchain:
         return self.native_backend and self.debian_arch in BACKEND_I386
 
     @property
+    def image_python32(self) -> bool:
+        """The target's toolchain image carries the i386 interpreter (every 32-bit target's,
+        whether this build's backends use it or not: one image per target)."""
+        return self.image_python and self.debian_arch in BACKEND_I386
+
+    @property
     def python_package(self) -> str:
         """The Debian package of the interpreter native generators run in (python3.11-minimal)."""
         return f"python{self.python}-minimal"
+
+    @property
+    def use_drivers(self) -> tuple[str, ...]:
+        """The native drivers this build puts in place of the stage's own (use-native-drivers):
+        its recipe's, and the native interpreter when its generators or backends run there."""
+        python = bool(self.native_python) or self.native_backend
+        return (*self.drivers, *([self.python_package] if python else []))
 
     def template_vars(self) -> dict[str, object]:
         return {
@@ -125,14 +142,17 @@ class Toolchain:
             "ccache": self.ccache,
             "uv_version": UV_VERSION,
             "drivers": list(self.drivers),
-            "driver_programs_of": {d: DRIVERS[d] for d in self.drivers},
+            "use_drivers": list(self.use_drivers),
+            # what the target's one toolchain image carries, whatever this build uses of it
+            "image_drivers": {d: DRIVERS[d] for d in DRIVERS},
+            "image_driver_wheels": list(DRIVER_WHEELS.values()),
+            "image_python": self.image_python,
+            "image_python32": self.image_python32,
             "python_package": self.python_package,
             "python_program": f"python{self.python}",
             "native_python": list(self.native_python),
             "native_backend": self.native_backend,
             "python32": self.python32,
-            # The native interpreter: for the recipe's generators or for PEP 517 backends.
-            "python_native": bool(self.native_python) or self.native_backend,
             "drivers_log": DRIVERS_LOG,
             "ccache_log": CCACHE_LOG,
             "ccache_export": CCACHE_EXPORT,
@@ -200,13 +220,17 @@ def decide(
         )
     if not any(_ASKS_FOR_COMPILER.match(p) for p in recipe.apt):
         return Decision(accel="qemu")  # the recipe asks for no compiler: nothing to graft
+    # Native generators and backends need the target's Python version in the toolchain's suite
+    # (pynq-z1's Ubuntu 3.10 beside bookworm's 3.11 has none: they stay emulated).
+    same_python = toolchain_base.python == target.python
+    native = requested == "hybrid" and same_python
     toolchain = Toolchain(
         triplet=target.triplet, gcc=target.gcc, debian_arch=target.debian_arch,
         base_image=toolchain_base.base_image, base_target=toolchain_base.name, ccache=ccache,
         drivers=native_drivers(recipe) if requested == "hybrid" else (),
-        python=target.python,
-        native_python=recipe.native_python if requested == "hybrid" else (),
-        native_backend=requested == "hybrid" and target.arch.name in BACKEND_ARCHES
+        python=target.python, image_python=same_python,
+        native_python=recipe.native_python if native else (),
+        native_backend=native and target.arch.name in BACKEND_ARCHES
         # a 32-bit target's needs an interpreter of its own (an image stage): only where PEP 517
         # builds run, in the recipes that make wheels
         and (target.debian_arch not in BACKEND_I386 or "wheel" in recipe.artifacts),

@@ -249,9 +249,20 @@ def test_native_drivers_follow_the_recipe_and_the_mode() -> None:
     hybrid = _decide("debian-armv7", recipe="opencv").toolchain
     assert hybrid is not None and hybrid.drivers == ("dash", "make", "cmake", "ninja-build")
     assert {"make", "cmake", "ninja-build"} <= set(hybrid.packages)  # the x86-64 builds
+    assert hybrid.use_drivers == ("dash", "make", "cmake", "ninja-build", "python3.11-minimal")
     compilers = _decide("debian-armv7", recipe="opencv", requested="compilers")
     assert compilers.accel == "hybrid" and compilers.toolchain is not None
-    assert compilers.toolchain.drivers == () and "cmake" not in compilers.toolchain.packages
+    assert compilers.toolchain.drivers == compilers.toolchain.use_drivers == ()
+    # One toolchain per target: what it carries does not depend on the recipe or the mode.
+    wheel = _decide("debian-armv7", recipe="wheel").toolchain
+    assert wheel is not None and wheel.use_drivers == ("dash", "make", "python3.11-minimal")
+    assert hybrid.packages == compilers.toolchain.packages == wheel.packages
+    assert hybrid.image_python32 and wheel.python32 and not compilers.toolchain.python32
+    # pynq-z1's Python (Ubuntu's 3.10) is not the toolchain suite's (bookworm's 3.11): nothing
+    # of the interpreter is carried or used, and the backends stay emulated.
+    ubuntu = _decide("pynq-z1", recipe="wheel").toolchain
+    assert ubuntu is not None and not ubuntu.image_python and not ubuntu.image_python32
+    assert not ubuntu.native_backend and ubuntu.use_drivers == ("dash", "make")
 
 
 def test_unknown_mode_is_a_usage_error() -> None:
@@ -317,7 +328,7 @@ def test_torchs_generators_run_in_the_native_python_of_the_targets_version() -> 
     assert "python3-yaml" in toolchain.packages  # torchgen's YAML, the x86-64 C loader
     compilers = _decide("debian-armv7", recipe="torch", requested="compilers").toolchain
     assert compilers is not None and compilers.native_python == ()
-    assert "python3-yaml" not in compilers.packages
+    assert "python3.11-minimal" not in compilers.use_drivers  # carried, not used
 
 
 def test_generator_runs_and_native_wheels_are_reported() -> None:
