@@ -699,3 +699,43 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     assert {"python3", "python3-pip"} <= set(manual), manual
     assert "libpython3.11-stdlib" in auto and "python3" not in auto, auto
     assert lines[3:] == ["armhf"], lines
+
+
+def test_a_machine_without_the_toolchain_image_pulls_it_from_the_team_registry(
+    tmp_path: Path,
+) -> None:
+    """The target's one toolchain image (about 1.1 GB: cross gcc, every native driver) is what a
+    fresh machine's first hybrid build waits for longest. Made by a machine whose registry.yaml
+    pushes machine images, it is pushed under its key; a machine without it (here: the same
+    engine after `docker image rm`) pulls it, checked, instead of making it, and builds with it."""
+    for made in _images("dockerarch/toolchain:arm-linux-gnueabihf-*"):
+        subprocess.run(["docker", "image", "rm", "--force", made], check=True, capture_output=True)
+    _forget(f"{TEAM}/toolchain")
+    first = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-smoke",
+                       "--out", str(tmp_path / "first"), env=_team_config(tmp_path, "push"),
+                       timeout=3600)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    said = first.stderr + first.stdout
+    toolchain = str(manifest(tmp_path / "first" / "debian-armv7" / "dockerarch_tinyext-1.0.0")
+                    ["toolchain_image"])  # fmt: skip
+    assert f"toolchain image {toolchain} made in" in said, said[-3000:]
+    remote = f"127.0.0.1:5000/{TEAM}/{toolchain.removeprefix('dockerarch/')}"
+    assert f"toolchain image pushed to {remote}" in said, said[-3000:]
+    made_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", toolchain],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    subprocess.run(["docker", "image", "rm", toolchain], check=True, capture_output=True)
+    again = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-smoke",
+                       "--out", str(tmp_path / "again"), env=_team_config(tmp_path, "pull"),
+                       timeout=3600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stderr + again.stdout
+    assert f"toolchain image {toolchain} pulled from 127.0.0.1:5000/{TEAM}" in said, said[-3000:]
+    assert "toolchain image (once per machine)" not in said, said[-3000:]
+    result = tmp_path / "again" / "debian-armv7" / "dockerarch_tinyext-1.0.0"
+    assert manifest(result)["toolchain_image"] == toolchain
+    pulled_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", toolchain],
+                               check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert pulled_id == made_id  # the very image the other machine made
+    assert not _images(remote)  # kept under the engine's own tag only
+    log = (result / "build.log").read_text()
+    assert not re.findall(r"^#\d+ \[toolchain(?:-stage)? \d+/\d+\] RUN", log, re.M)
