@@ -19,7 +19,7 @@ from dockerarch.buildsteps.compile import (
     use_farm,
     verify,
 )
-from dockerarch.buildsteps.images import runtime_base_image, toolchain_image
+from dockerarch.buildsteps.images import runtime_base_image, toolchain_image, toolchain_ready
 from dockerarch.buildsteps.manifest import write_manifest
 from dockerarch.buildsteps.runtime import SMOKE_TIMEOUT, image_tag, runtime_image, smoke_test
 from dockerarch.buildsteps.state import (
@@ -37,6 +37,7 @@ STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("toolchain image", toolchain_image),
     ("base ready", base_ready),
     ("runtime base image", runtime_base_image),
+    ("toolchain ready", toolchain_ready),
     ("farm", use_farm),
     ("build artifacts", build_artifacts),
     ("verify", verify),
@@ -66,6 +67,7 @@ __all__ = [
     "runtime_image",
     "smoke_test",
     "toolchain_image",
+    "toolchain_ready",
     "use_farm",
     "verify",
     "write_manifest",

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from dockerarch.errors import UsageError
@@ -15,7 +13,7 @@ from dockerarch.errors import UsageError
 if TYPE_CHECKING:
     from dockerarch.base import BaseRequest
 from dockerarch.buildsteps.images import pulled, pushed
-from dockerarch.buildsteps.state import JobState
+from dockerarch.buildsteps.state import JobState, in_background
 
 
 def ensure_base(job: JobState) -> None:
@@ -32,7 +30,7 @@ def ensure_base(job: JobState) -> None:
             and job.engine.image_labels(tag) is None):  # fmt: skip
         name = request.target.name
         made_from = _bootstrap_request(name, tag)  # one it cannot make is said now, not later
-        job.base_pending = _in_background(lambda: _local_base(job, name, tag, made_from))
+        job.base_pending = in_background(lambda: _local_base(job, name, tag, made_from))
     else:
         _take_base(job, *_local_base(job, request.target.name, tag))
     if request.toolchain is not None:
@@ -62,19 +60,6 @@ def _take_base(job: JobState, base_id: str, labels: dict[str, str]) -> None:
         if remote is None or remote[0] != base_id:
             job.say(f"copying the base {tag} to node {route.builder}")
             job.engine.copy_image(tag, route.context)
-
-
-def _in_background(
-    work: Callable[[], tuple[str, dict[str, str]]],
-) -> Future[tuple[str, dict[str, str]]]:
-    """``work`` in a thread of its own; its result (or error) is the future's. The thread is
-    not a daemon: a build that fails meanwhile still lets a bootstrap finish (the next build
-    takes the base)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockerarch-base")
-    try:
-        return pool.submit(work)
-    finally:
-        pool.shutdown(wait=False)
 
 
 def source_date_epoch(base_labels: dict[str, str]) -> int | None:

@@ -4,6 +4,7 @@ stages) and the runtime base, each made once per machine under its key.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -11,7 +12,7 @@ from dockerarch import (
     accel,
     machineimages,
 )
-from dockerarch.buildsteps.state import JobState, stream
+from dockerarch.buildsteps.state import JobState, PendingImage, in_background, stream
 from dockerarch.engine import BuildSpec
 from dockerarch.errors import EngineError
 
@@ -96,15 +97,52 @@ def toolchain_image(job: JobState) -> None:
     drivers) come from an image of this machine's, tagged with the sha256 of everything they are
     made from (accel.toolchain_key): built once, like a base, then given to every build that
     needs the same in place of those stages. A cold build (--no-cache) rebuilds the package, not
-    the compilers: with the key, a changed package list, driver or script is a new image."""
+    the compilers: with the key, a changed package list, driver or script is a new image.
+    One the machine lacks is made (or pulled) in a thread of its own, its buildx lines in a log
+    of their own, while the job waits for its base and makes its runtime base (which needs no
+    toolchain): toolchain_ready waits for it before the first step that uses it."""
     toolchain = job.request.toolchain
     if toolchain is None or job.route.context is not None or job.toolchain_base_id is None:
         return  # a remote node builds its stages itself
     dockerfile = (job.context / "Dockerfile").read_text()
     key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
-    _machine_image(job, tag, key, "linux/amd64", accel.NATIVE_STAGES[-1], "toolchain image",
-                   "the same toolchain")  # fmt: skip
+    if job.engine.image_labels(tag) is not None:  # the usual case: nothing to wait for
+        machineimages.record_use(tag)
+        _use_toolchain(job, tag)
+        return
+    log = job.work / "toolchain-image.log"
+    meanwhile = dataclasses.replace(job, log=log.open("w", buffering=1), step=lambda words: None,
+                                    count=lambda *counted: None)  # fmt: skip
+
+    def make() -> None:
+        try:
+            _machine_image(meanwhile, tag, key, "linux/amd64", accel.NATIVE_STAGES[-1],
+                           "toolchain image", "the same toolchain")  # fmt: skip
+        finally:
+            meanwhile.log.close()
+
+    job.say(f"toolchain image {tag} is not on this machine: getting it while the build goes on")
+    job.toolchain_pending = PendingImage(tag=tag, done=in_background(make), log=log)
+
+
+def toolchain_ready(job: JobState) -> None:
+    """The toolchain image toolchain_image left being made, waited for: its buildx lines join the
+    build's log, and the build's native stages come from it."""
+    pending, job.toolchain_pending = job.toolchain_pending, None
+    if pending is None:
+        return
+    if not pending.done.done():
+        job.step("waiting for the toolchain image")
+    try:
+        pending.done.result()
+    finally:
+        if pending.log.exists():
+            job.log.write(pending.log.read_text(errors="replace"))
+    _use_toolchain(job, pending.tag)
+
+
+def _use_toolchain(job: JobState, tag: str) -> None:
     job.toolchain_image = tag
     job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
 

@@ -9,10 +9,10 @@ import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Protocol, TextIO, TypeVar
 
 from dockerarch import (
     accel,
@@ -31,6 +31,7 @@ from dockerarch.machineimages import Sharing
 from dockerarch.pipconfig import BuildIndexes
 from dockerarch.render import RenderRequest, render_dockerfile
 
+T = TypeVar("T")
 # the indexes' secret: its id (macros.j2's host_secrets) and its file in the job's directory
 INDEX_SECRET = "dockerarch-index"
 
@@ -84,6 +85,27 @@ class BuildOptions:
         return (f"id=ca-bundle,src={self.ca_bundle}",) if self.ca_bundle else ()
 
 
+@dataclass(frozen=True)
+class PendingImage:
+    """A machine image being made (or pulled) in a thread of its own while the job goes on: its
+    tag, the thread's result, and the log its buildx lines go to (the job's log after it)."""
+
+    tag: str
+    done: Future[None]
+    log: Path
+
+
+def in_background(work: Callable[[], T]) -> Future[T]:
+    """``work`` in a thread of its own; its result (or error) is the future's. The thread is
+    not a daemon: a build that fails meanwhile still lets it finish (a base or a machine image
+    the next build takes)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockerarch-meanwhile")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)
+
+
 @dataclass(kw_only=True)
 class JobState:
     """What the steps of one target's build share: its inputs, its temporary directory, and what
@@ -107,6 +129,7 @@ class JobState:
     base_pending: Future[tuple[str, dict[str, str]]] | None = None  # bootstrapping meanwhile
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
     toolchain_image: str | None = None  # the image that gives this build its native stages
+    toolchain_pending: PendingImage | None = None  # being made or pulled meanwhile
     runtime_base_image: str | None = None  # the image its build and runtime stages start from
     cache_ref: str | None = None
     toolchain_log: Path | None = None

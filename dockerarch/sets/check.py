@@ -78,6 +78,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 buildsteps.prepare_context,
                 buildsteps.toolchain_image,
                 buildsteps.runtime_base_image,
+                buildsteps.toolchain_ready,
             ):
                 step(state)
             board: list[ArtifactReport] = []

@@ -730,7 +730,7 @@ def test_a_machine_without_the_toolchain_image_pulls_it_from_the_team_registry(
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stderr + again.stdout
     assert f"toolchain image {toolchain} pulled from 127.0.0.1:5000/{TEAM}" in said, said[-3000:]
-    assert "toolchain image (once per machine)" not in said, said[-3000:]
+    assert f"toolchain image {toolchain} made in" not in said, said[-3000:]
     result = tmp_path / "again" / "debian-armv7" / "dockerarch_tinyext-1.0.0"
     assert manifest(result)["toolchain_image"] == toolchain
     pulled_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", toolchain],

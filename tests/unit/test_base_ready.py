@@ -63,6 +63,7 @@ def test_the_toolchain_image_is_made_while_the_target_base_is_bootstrapped(
     buildsteps.ensure_base(state)
     assert state.toolchain_base_id is not None and state.base_id is None
     buildsteps.toolchain_image(state)  # while debian-armv7's bootstrap has not finished
+    buildsteps.toolchain_ready(state)
     (spec,) = engine.built
     assert spec.stage == "toolchain-stage"
     assert "SOURCE_DATE_EPOCH" not in (spec.build_args or {})  # the target's date: not yet

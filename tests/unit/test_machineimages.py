@@ -94,11 +94,13 @@ def test_a_build_that_takes_or_makes_a_machine_image_records_its_use(tmp_path: P
     fake = FakeEngine()
     state, _ = job(tmp_path, fake)
     buildsteps.toolchain_image(state)  # made
+    buildsteps.toolchain_ready(state)
     record = base.STATE_DIR / machineimages.RECORD
     first = json.loads(record.read_text())
     assert list(first) == [state.toolchain_image]
     again, _ = job(tmp_path, fake)
     buildsteps.toolchain_image(again)  # taken: used again, later
+    buildsteps.toolchain_ready(again)
     assert json.loads(record.read_text())[state.toolchain_image] >= first[state.toolchain_image]
 
 

@@ -102,6 +102,7 @@ def test_the_first_build_makes_the_image_and_takes_its_native_stages_from_it(
     engine = FakeEngine()
     state, said = job(tmp_path, engine)
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     (spec,) = engine.built
     assert (spec.stage, spec.platform, spec.cache) == ("toolchain-stage", "linux/amd64", False)
     tag = spec.load_tag
@@ -113,6 +114,7 @@ def test_the_first_build_makes_the_image_and_takes_its_native_stages_from_it(
     # Another build with the same toolchain (even with --no-cache) builds no stage of it again.
     again, _ = job(tmp_path, engine, recipe="qpulib")
     buildsteps.toolchain_image(again)
+    buildsteps.toolchain_ready(again)
     assert len(engine.built) == 1 and again.toolchain_image == tag
 
 
@@ -130,6 +132,7 @@ def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key
     engine = FakeEngine()
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     (spec,) = engine.built
     tag = spec.load_tag
     assert tag is not None and spec.labels is not None
@@ -147,6 +150,7 @@ def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key
     engine = FakeEngine()
     state, _ = job(tmp_path, engine, sharing=machineimages.Sharing(TEAM.prefix))
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     assert len(engine.built) == 1 and engine.pushed == []
 
 
@@ -157,6 +161,7 @@ def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_
     probe = FakeEngine()
     made, _ = job(tmp_path, probe)
     buildsteps.toolchain_image(made)
+    buildsteps.toolchain_ready(made)
     (spec,) = probe.built
     tag, right = spec.load_tag, spec.labels
     assert tag is not None and right is not None
@@ -164,6 +169,7 @@ def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_
     engine = FakeEngine(registry={_remote(tag): good})
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     assert engine.built == [] and engine.pushed == [] and tag in engine.images
     assert _remote(tag) not in engine.images
     assert state.toolchain_image == tag
@@ -174,12 +180,14 @@ def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_
         engine = FakeEngine(registry={_remote(tag): bad})
         state, said = job(tmp_path, engine, sharing=TEAM)
         buildsteps.toolchain_image(state)
+        buildsteps.toolchain_ready(state)
         assert len(engine.built) == 1 and _remote(tag) not in engine.images
         assert any("is not what its tag says" in line for line in said), said
     # a registry that does not answer: made here, said
     engine = FakeEngine(registry={_remote(tag): EngineError("connection refused")})
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     assert len(engine.built) == 1
     assert any("not pulled from" in line and "connection refused" in line for line in said), said
 
@@ -193,6 +201,7 @@ def test_a_build_on_a_node_builds_its_own_stages(tmp_path: Path) -> None:
     engine = FakeEngine()
     state, _ = job(tmp_path, engine, node=True)
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     assert engine.built == [] and state.toolchain_image is None
     assert state.build_args == {}
 
@@ -201,6 +210,7 @@ def test_the_farm_probes_with_the_toolchain_image(tmp_path: Path) -> None:
     engine = FakeEngine()
     state, _ = job(tmp_path, engine, farm=(FarmServer("10.0.0.5"),))
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     with pytest.raises(EngineError, match="Probing the farm with dockerarch/toolchain:"):
         buildsteps.use_farm(state)  # the stand-in's probe fails; what matters is what it ran
     assert engine.probed == [state.toolchain_image] and len(engine.built) == 1
@@ -267,6 +277,45 @@ def test_a_dockerfile_without_the_stages_has_no_key(tmp_path: Path) -> None:
         key(tmp_path, DOCKERFILE.replace("AS toolchain-stage", "AS tools"))
 
 
+def test_the_runtime_base_is_made_while_the_toolchain_image_is(tmp_path: Path) -> None:
+    """A machine's first hybrid build makes both machine images: the toolchain image (about
+    40 s) in a thread of its own, its lines in a log of their own, while the runtime base (which
+    needs no toolchain) is made; the build waits for the toolchain only where it uses it."""
+    import threading
+
+    release = threading.Event()
+
+    class Slow(FakeEngine):
+        def build_lines(self, spec: BuildSpec) -> Iterator[str]:
+            if spec.stage == "toolchain-stage":
+                assert release.wait(10)
+                yield "#5 [toolchain-stage 2/4] RUN apt-get install -y gcc-12-arm-linux-gnueabihf\n"
+            yield from super().build_lines(spec)
+
+    engine = Slow()
+    state, said = job(tmp_path, engine, recipe="numpy")
+    state.base_id = BASE
+    buildsteps.toolchain_image(state)
+    assert state.toolchain_pending is not None and state.toolchain_image is None
+    buildsteps.runtime_base_image(state)  # the toolchain image still being made
+    (runtime,) = engine.built
+    assert runtime.stage == "runtime-base-stage" and state.runtime_base_image
+    assert "DOCKERARCH_NATIVE_PYTHON" not in (runtime.build_args or {})  # its own stage's Python
+    waited: list[str] = []
+    state.step = waited.append
+    threading.Timer(0.2, release.set).start()
+    buildsteps.toolchain_ready(state)
+    assert waited == ["waiting for the toolchain image"]
+    tag = engine.built[1].load_tag
+    assert tag is not None and state.toolchain_image == tag and state.toolchain_pending is None
+    assert state.build_args["DOCKERARCH_TOOLCHAIN"] == tag
+    log = state.log.getvalue()  # type: ignore[attr-defined]
+    # the toolchain's lines joined the build's log after the runtime base's, not among them
+    assert log.index("stage runtime-base-stage") < log.index("### buildx: stage toolchain-stage")
+    assert "[toolchain-stage 2/4] RUN apt-get install" in log
+    assert any(tag in line and "made in" in line for line in said), said
+
+
 def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_builds(
     tmp_path: Path,
 ) -> None:
@@ -278,6 +327,7 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     state, said = job(tmp_path, engine, recipe="numpy")
     state.base_id = BASE
     buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
     buildsteps.runtime_base_image(state)
     toolchain, spec = engine.built
     assert (spec.stage, spec.platform, spec.cache) == ("runtime-base-stage", "linux/arm/v7", False)
@@ -292,6 +342,7 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     again, _ = job(tmp_path, engine, recipe="numpy")
     again.base_id = BASE
     buildsteps.toolchain_image(again)
+    buildsteps.toolchain_ready(again)
     buildsteps.runtime_base_image(again)
     assert len(engine.built) == 2 and again.runtime_base_image == tag
 
@@ -313,6 +364,7 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     other, _ = job(tmp_path, engine, recipe="opencv")
     other.base_id = BASE
     buildsteps.toolchain_image(other)
+    buildsteps.toolchain_ready(other)
     buildsteps.runtime_base_image(other)
     assert other.runtime_base_image not in (None, tag)
     assert sum(s.stage == "runtime-base-stage" for s in engine.built) == 2
@@ -320,6 +372,7 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     rebased, _ = job(tmp_path, engine, recipe="numpy")
     rebased.base_id = "sha256:" + "3" * 64
     buildsteps.toolchain_image(rebased)
+    buildsteps.toolchain_ready(rebased)
     buildsteps.runtime_base_image(rebased)
     assert rebased.runtime_base_image not in (None, tag, other.runtime_base_image)
     # a changed apt script (the stage runs it): another image
