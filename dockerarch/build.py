@@ -236,6 +236,7 @@ def _plan_jobs(
         requests = [dataclasses.replace(r, index_network=True) for r in requests]
     routes = [builders.route(r.target.platform, forced=options.builder, fallback_qemu=options.fallback_qemu)
               for r in requests]  # fmt: skip
+    _check_index_reach(requests, routes, options)
     uses = [resolve_uses(r, options) for r in requests]
     decisions = plan_accel(requests, routes, options.accel, ccache=options.ccache)
     cache = options.compiler_cache
@@ -250,6 +251,26 @@ def _plan_jobs(
             progress.say(request.target.name, decision.note)
     return [(Job(r, options, progress, routes[i], decisions[i]), uses[i])
             for i, r in enumerate(requests)]  # fmt: skip
+
+
+def _check_index_reach(requests: list[RenderRequest], routes: list[builders.Route],
+                       options: BuildOptions) -> None:  # fmt: skip
+    """A build on a node cannot reach an index on this machine's loopback: its fetching steps
+    on the node's host network would ask the node's own loopback (another index, or nothing).
+    Refused before anything is built, not replaced by the default index (a private package's
+    name could then come from a public index)."""
+    indexes = options.indexes
+    if indexes is None or not indexes.loopback:
+        return
+    for request, route in zip(requests, routes, strict=True):
+        if route.context is not None and request.wheelset is None:
+            raise UsageError(
+                f"The build for {request.target.name} runs on node '{route.builder}', which "
+                f"cannot reach the package index on this machine's loopback ({indexes.origin}: "
+                f"{indexes.index_url}{''.join(' + ' + u for u in indexes.extra_index_urls)})",
+                fix="Serve the index on an address the node reaches and name that in pip's "
+                "configuration, or build on this machine: --builder local.",
+            )
 
 
 def _run_job(job: Job, uses: dict[str, Path], progress: Progress) -> JobResult:

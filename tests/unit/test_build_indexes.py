@@ -98,3 +98,31 @@ def test_a_wheel_set_s_job_is_given_no_index(tmp_path: Path) -> None:
     assert job.secrets == ("id=ca-bundle,src=/etc/ca.pem",)
     assert job.allow == ()
     assert not (job.work / "dockerarch-index").exists()
+
+
+def test_a_build_on_a_node_is_refused_an_index_on_this_machines_loopback(tmp_path: Path) -> None:
+    """The node's fetching steps, on its own host network, would ask the node's loopback: another
+    index or none. Refused before anything is built, not replaced by the default index (a private
+    name could then come from a public one); an index the node reaches, a local build and a
+    wheel set (it fetches on this machine) go on."""
+    import pytest
+
+    from dockerarch import build
+    from dockerarch.errors import UsageError
+
+    node = builders.Route(builder="pi5", context="pi5", endpoint="ssh://pi@pi5", accel="native")
+    local = builders.Route(builder=builders.LOCAL, context=None, endpoint="unix:///x",
+                           accel="qemu")  # fmt: skip
+    options = buildsteps.BuildOptions(out=tmp_path, indexes=TEAM)
+    request = _request()
+    with pytest.raises(UsageError) as refused:
+        build._check_index_reach([request, request], [local, node], options)
+    assert "runs on node 'pi5', which cannot reach the package index" in refused.value.problem
+    assert "127.0.0.1:3141/team/dev" in refused.value.problem
+    assert "--builder local" in (refused.value.fix or "")
+    build._check_index_reach([request], [local], options)
+    reached = dataclasses.replace(TEAM, index_url="https://index.team.example/simple/",
+                                  extra_index_urls=())  # fmt: skip
+    build._check_index_reach([request], [node], dataclasses.replace(options, indexes=reached))
+    member = dataclasses.replace(request, wheelset=tmp_path)
+    build._check_index_reach([member], [node], options)
