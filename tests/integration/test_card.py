@@ -59,6 +59,10 @@ def cards(demo_dist: tuple[Path, subprocess.CompletedProcess[str]], key: Path,
     armv7 card is made from a wheel set (`-r`): the demo's own, the image its build installed
     and checked, found by a requirements file asking for what the demo built."""
     out, _ = demo_dist
+    # The card tools' base, made once with root's privileges as a machine's set-up makes its
+    # bases (export-img without them says so: tests/unit/test_card.py)
+    tools = dockerarch("base", "bootstrap", "--target", "trixie-amd64", "--no-push", timeout=3600)
+    assert tools.returncode == 0, tools.stderr[-3000:]
     where32 = tmp_path_factory.mktemp("armv7")
     pi32 = where32 / "pi32.img"
     (where32 / "requirements.txt").write_text("zstandard==0.23.0\n")

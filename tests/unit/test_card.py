@@ -286,3 +286,18 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
     with pytest.raises(boot.EmulatorFault):
         boot.boot(card, rpi3b, "armv7", user="pi", password="x", commands=[], work=tmp_path,
                   say=said.append)  # fmt: skip
+
+
+def test_only_root_with_its_capabilities_can_bootstrap_the_card_tools_base() -> None:
+    """export-img runs without privileges (the suite makes cards so): the card tools' base, when
+    missing, is a clear error naming the one privileged command, not mmdebstrap's tar failing."""
+    from dockerarch.card import export
+
+    def status(uid: int, caps: str) -> str:
+        return f"Name:\tpython3\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n"
+
+    assert export.can_bootstrap(status(0, "000001ffffffffff"))
+    assert not export.can_bootstrap(status(0, "0000000000000000"))  # setpriv --bounding-set=-all
+    assert not export.can_bootstrap(status(0, "0000000000000001"))  # chown alone
+    assert not export.can_bootstrap(status(1000, "000001ffffffffff"))
+    assert not export.can_bootstrap("")
