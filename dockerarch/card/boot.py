@@ -43,7 +43,10 @@ EMULATOR_FAULT = r"sdhost-bcm2835 \S+: timeout waiting for hardware interrupt"
 # A first boot's longest quiet stretch under TCG is about a minute (armv7 making its RSA host
 # key); three times that is a board that stopped, not one that is busy.
 SILENT = 180.0
-ATTEMPTS = 2  # a boot the emulator broke is tried once more, from a fresh overlay
+# A boot the emulator broke is tried again from a fresh overlay, up to three boots in all: the
+# faults come early (60-75 s into an armv7 boot) and, right after BuildKit dropped gigabytes of
+# card records, two armv7 boots in a row were broken (session 42).
+ATTEMPTS = 3
 
 
 class BootError(DockerarchError):
@@ -143,7 +146,7 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
          commands: Sequence[str], work: Path, say: Say, timeout: float = 900) -> Booted:  # fmt: skip
     """Boot ``card`` (its manifest beside it), log in on the serial console as ``user``, run
     each command (its output kept), power off. A boot the emulator broke (EMULATOR_FAULT) is
-    tried once more from a fresh overlay, and said (``emulator_faults``)."""
+    tried again from a fresh overlay (ATTEMPTS boots in all), and said (``emulator_faults``)."""
     manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
     qemu = board.qemu.get(arch)
     if qemu is None:

@@ -237,7 +237,7 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
 ) -> None:
     """The Pi's SD host driver times out when TCG leaves a vCPU unscheduled for longer than its
     10 s timer, and its DMA completion then oopses: the emulator's fault, watched for in every
-    wait on the console, and the boot tried again once; twice is an error."""
+    wait on the console, and the boot tried again; ATTEMPTS broken boots are an error."""
     from dockerarch.card import boot
 
     fault = (
@@ -278,7 +278,10 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
     assert (tmp_path / "console-1.log").read_bytes() == fault.encode()
     assert any("booting the card again from a fresh overlay" in line for line in said), said
 
+    broken: list[int] = []
+
     def always(argv: list[str], **kw: object) -> boot.Booted:
+        broken.append(1)
         (tmp_path / "console.log").write_text(fault)
         raise boot.EmulatorFault("the emulated SD host stalled")
 
@@ -286,6 +289,8 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
     with pytest.raises(boot.EmulatorFault):
         boot.boot(card, rpi3b, "armv7", user="pi", password="x", commands=[], work=tmp_path,
                   say=said.append)  # fmt: skip
+    assert len(broken) == boot.ATTEMPTS == 3  # each broken boot's console kept
+    assert all((tmp_path / f"console-{n}.log").exists() for n in range(1, boot.ATTEMPTS))
 
 
 def test_only_root_with_its_capabilities_can_bootstrap_the_card_tools_base() -> None:
