@@ -269,11 +269,41 @@ class ImageImport:
 _TAG = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
 
 
+# What mmdebstrap's root mode needs to unpack a system: chown, bypass file permissions, own any
+# file, make device nodes (capability bits of /proc/self/status's CapEff).
+BOOTSTRAP_CAPABILITIES = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_MKNOD": 27}
+
+
+def can_bootstrap(status: str) -> bool:
+    """Whether a process whose /proc/PID/status is ``status`` can bootstrap a base: root (its
+    effective uid 0) with BOOTSTRAP_CAPABILITIES in its effective set."""
+    uid = re.search(r"^Uid:\s+\d+\s+(\d+)", status, re.M)
+    caps = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.M)
+    if uid is None or caps is None or uid.group(1) != "0":
+        return False
+    effective = int(caps.group(1), 16)
+    return all(effective >> bit & 1 for bit in BOOTSTRAP_CAPABILITIES.values())
+
+
+def _own_status() -> str:
+    try:
+        return Path("/proc/self/status").read_text()
+    except OSError:
+        return ""
+
+
 def ensure_base(target: BoardTarget, say: Progress) -> None:
     """``target``'s base in the local engine: bootstrapped here when missing (a minute or a
     few, once), for what builds FROM it outside a recipe's build (farm servers, card tools)."""
     if engine.image_labels(target.base_image) is not None:
         return
+    if not can_bootstrap(_own_status()):  # export-img runs without privileges
+        raise UsageError(
+            f"The base {target.base_image} is not on this machine, and making it (mmdebstrap, "
+            "once) needs root's privileges, which this command runs without",
+            fix=f"Run `dockerarch base bootstrap --target {target.name}` once as root (or with "
+            "sudo); then run this command again, privileges or not.",
+        )
     say(f"no base {target.base_image} yet: bootstrapping it (a few minutes, once)")
     bootstrap(make_request(target), progress=say)
 

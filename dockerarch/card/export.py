@@ -275,29 +275,6 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
 
 
-# What mmdebstrap's root mode needs to unpack a system: chown, bypass file permissions, own any
-# file, make device nodes (capability bits of /proc/self/status's CapEff).
-BOOTSTRAP_CAPABILITIES = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_MKNOD": 27}
-
-
-def can_bootstrap(status: str) -> bool:
-    """Whether a process whose /proc/PID/status is ``status`` can bootstrap a base: root (its
-    effective uid 0) with BOOTSTRAP_CAPABILITIES in its effective set."""
-    uid = re.search(r"^Uid:\s+\d+\s+(\d+)", status, re.M)
-    caps = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.M)
-    if uid is None or caps is None or uid.group(1) != "0":
-        return False
-    effective = int(caps.group(1), 16)
-    return all(effective >> bit & 1 for bit in BOOTSTRAP_CAPABILITIES.values())
-
-
-def _own_status() -> str:
-    try:
-        return Path("/proc/self/status").read_text()
-    except OSError:
-        return ""
-
-
 def export(request: CardRequest, say: Say) -> Card:
     """Make the card (see the module's words); raise a UsageError or CardError on failure, with
     nothing left under OUT's names."""
@@ -319,15 +296,7 @@ def export(request: CardRequest, say: Say) -> Card:
     from dockerarch.base import ensure_base
     from dockerarch.targets import load_targets
 
-    tools = load_targets()[TOOLS_TARGET]
-    if engine.image_labels(tools.base_image) is None and not can_bootstrap(_own_status()):
-        raise UsageError(
-            f"The card tools' base {tools.base_image} is not on this machine, and making it "
-            "(mmdebstrap, once) needs root's privileges, which this command runs without",
-            fix=f"Run `dockerarch base bootstrap --target {TOOLS_TARGET}` once as root (or with "
-            "sudo); then make cards without privileges.",
-        )
-    ensure_base(tools, say)  # the card tools' base
+    ensure_base(load_targets()[TOOLS_TARGET], say)  # the card tools' base
     # what cards whose command was killed left in BuildKit's cache (a running one's stay)
     engine.drop_cache_records(RUN_MARKER)
     made_of = inputs(request, image_id)

@@ -296,7 +296,7 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
 def test_only_root_with_its_capabilities_can_bootstrap_the_card_tools_base() -> None:
     """export-img runs without privileges (the suite makes cards so): the card tools' base, when
     missing, is a clear error naming the one privileged command, not mmdebstrap's tar failing."""
-    from dockerarch.card import export
+    from dockerarch import base as export  # ensure_base's check, export-img's tools base
 
     def status(uid: int, caps: str) -> str:
         return f"Name:\tpython3\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n"
