@@ -583,11 +583,14 @@ def run_in_image(
     timeout: int | None = None,
     network: str | None = None,
     volumes: tuple[tuple[str, str], ...] = (),
+    writable: tuple[tuple[str, str], ...] = (),
+    user: str | None = None,
 ) -> tuple[int, str]:
     """Run ``sh -c command`` in a throw-away container; (exit code, output: stdout and stderr
     together, so nothing of it reaches this process's terminal, and the log gets all of it).
     With ``timeout`` (seconds) the image's own ``timeout`` ends it: exit code 124. ``volumes``:
-    (host directory, container path) pairs, mounted read-only."""
+    (host directory, container path) pairs, mounted read-only; ``writable`` the same, written
+    to (as ``user``, uid:gid, when given)."""
     from python_on_whales.exceptions import DockerException
 
     if timeout is not None:
@@ -596,7 +599,9 @@ def run_in_image(
         output = client(context).run(
             image, ["sh", "-c", "exec 2>&1; " + command], platform=platform, remove=True,
             tty=False, networks=[network] if network else [],
-            volumes=[(source, target, "ro") for source, target in volumes],
+            volumes=[(source, target, "ro") for source, target in volumes]
+            + [(source, target, "rw") for source, target in writable],
+            user=user,
         )  # fmt: skip
     except DockerException as exc:
         text = ((exc.stdout or "") + (exc.stderr or "")).strip()

@@ -75,6 +75,7 @@ def _register() -> None:
     from dockerarch.cli import (
         base,
         build,
+        bundle,
         builder,
         doctor,
         farm,
@@ -104,6 +105,9 @@ def _register() -> None:
     app.add_typer(nfs.app, name="nfs")
     app.add_typer(builder.app, name="builder")
     app.add_typer(farm.app, name="farm")
+    app.add_typer(bundle.app, name="bundle")
+    bundle.app.command("make")(bundle.make)
+    bundle.app.command("check")(bundle.check)
     app.command("verify")(verify.verify)
     app.command("prune")(prune.prune)
 

@@ -1,0 +1,53 @@
+"""Glow's model-compiler, run from the image ``dockerarch build glow`` made: an ONNX model in, a
+static-API bundle for one Cortex-M out. The container has no network, the model read-only, and
+writes only the output directory, as the calling user."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from dockerarch import engine
+from dockerarch.errors import CommandFailedError, UsageError
+from dockerarch.mcu.profiles import Mcu
+
+TIMEOUT = 1800  # seconds: a large network's bundle takes minutes; a hung compile is cut off
+
+
+def command(mcu: Mcu, network: str, model_name: str) -> list[str]:
+    return ["model-compiler", "-backend=CPU", f"-model=/model/{model_name}",
+            "-emit-bundle=/bundle", f"-network-name={network}", "-bundle-api=static",
+            "-target=arm", f"-mcpu={mcu.cpu}", "-float-abi=hard"]  # fmt: skip
+
+
+def compile_bundle(image: str, model: Path, mcu: Mcu, network: str, out: Path) -> str:
+    """Run model-compiler; the bundle's files land in ``out`` (an empty directory). Returns its
+    output (Glow prints little)."""
+    if engine.image_labels(image) is None:
+        raise UsageError(
+            f"The Glow image {image} is not on this machine",
+            fix="Build it first: dockerarch build glow --arch amd64 --source GLOW_TREE (or give "
+            "another with --image).",
+        )
+    argv = command(mcu, network, "model.onnx")
+    code, output = engine.run_in_image(
+        image, "linux/amd64", shlex.join(argv), timeout=TIMEOUT, network="none",
+        volumes=((str(model.resolve()), "/model/model.onnx"),),
+        writable=((str(out.resolve()), "/bundle"),), user=f"{os.getuid()}:{os.getgid()}",
+    )  # fmt: skip
+    if code != 0:
+        lines = [line for line in output.strip().splitlines() if line.strip()]
+        unsupported = next((line for line in lines if "not supported" in line.lower()
+                            or "unsupported" in line.lower()), None)  # fmt: skip
+        if unsupported:
+            raise UsageError(f"Glow cannot compile {model.name}: {unsupported.strip()}",
+                             fix="Replace what it names in the model, or export it with "
+                             "opset 13 or lower.")  # fmt: skip
+        raise CommandFailedError(
+            f"model-compiler failed on {model.name} (exit code {code})"
+            + (": " + " / ".join(lines[-4:]) if lines else ""),
+            returncode=code,
+            output=output,
+        )
+    return output
