@@ -75,8 +75,8 @@ def _register() -> None:
     from dockerarch.cli import (
         base,
         build,
-        bundle,
         builder,
+        bundle,
         doctor,
         farm,
         generate,

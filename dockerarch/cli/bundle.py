@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dockerarch.cli.output import say as _say
+
+if TYPE_CHECKING:
+    from dockerarch.mcu.profiles import Mcu as McuProfile
 
 app = typer.Typer(
     help="Compile an ONNX model into a Glow bundle for a Cortex-M, check it against the MCU and "
@@ -19,14 +22,15 @@ Mcu = Annotated[
     str, typer.Option("--mcu", "-m", help="cortex-m7, cortex-m4 or imxrt1060 (its RAM and flash).")
 ]
 Ram = Annotated[
-    str | None, typer.Option("--ram", help="The RAM the bundle may use, like 512K (default: the MCU's).")
+    str | None,
+    typer.Option("--ram", help="The RAM the bundle may use, like 512K (default: the MCU's)."),
 ]
 Flash = Annotated[
     str | None, typer.Option("--flash", help="The flash it may use, like 2M (default: the MCU's).")
 ]
 
 
-def _mcu(name: str, ram: str | None, flash: str | None):  # type: ignore[no-untyped-def]
+def _mcu(name: str, ram: str | None, flash: str | None) -> McuProfile:
     from dockerarch.mcu import profiles
 
     mcu = profiles.get(name)
@@ -72,7 +76,9 @@ def make(
 
 
 def check(
-    directory: Annotated[Path, typer.Argument(help="A bundle's directory (model-compiler's -emit-bundle).")],
+    directory: Annotated[
+        Path, typer.Argument(help="A bundle's directory (model-compiler's -emit-bundle).")
+    ],
     mcu: Mcu = "cortex-m7",
     model: Annotated[
         Path | None,
@@ -88,14 +94,14 @@ def check(
     found = bundle.find(directory)
     result = bundle.check(found, chosen)
     _say(bundle.summary(result, chosen))
-    extra = {}
+    extra: dict[str, Any] = {}
     if model is not None:
         extra["proof"] = bundle.prove(found, chosen, model, say=_say)
     bundle.write_manifest(found, chosen, result, extra)
     _report(directory, result | extra)
 
 
-def _report(directory: Path, result: dict) -> None:  # type: ignore[type-arg]
+def _report(directory: Path, result: dict[str, Any]) -> None:
     proof = result.get("proof")
     if proof:
         worst = max(proof["max_abs_error"].values(), default=0.0)

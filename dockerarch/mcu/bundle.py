@@ -108,9 +108,13 @@ def check(bundle: Bundle, mcu: Mcu) -> dict[str, Any]:
             "undefined_symbols": sorted(facts.undefined),
             "undefined_resolved_by": "newlib (nano), libm, libgcc, the kit's shims",
         },
-        "sizes": {**{k.replace(" ", "_"): v for k, v in report.parts.items()},
-                  "flash_needed": report.flash_needed, "flash": report.flash,
-                  "ram_needed": report.ram_needed, "ram": report.ram},  # fmt: skip
+        "sizes": {
+            **{k.replace(" ", "_"): v for k, v in report.parts.items()},
+            "flash_needed": report.flash_needed,
+            "flash": report.flash,
+            "ram_needed": report.ram_needed,
+            "ram": report.ram,
+        },
     }
 
 
@@ -179,16 +183,35 @@ def write_manifest(bundle: Bundle, mcu: Mcu, found: dict[str, Any], extra: dict[
         "dockerarch": __version__,
         "network": header.entry,
         "mcu": {"name": mcu.name, "cpu": mcu.cpu, "fpu": mcu.fpu, "float_abi": "hard"},
-        "files": {name: files.sha256_file(bundle.directory / name)
-                  for name in (bundle.object_name, bundle.header_name, bundle.weights_bin,
-                               bundle.weights_txt) if name},  # fmt: skip
-        "memory": {"constant": header.constant_size, "mutable": header.mutable_size,
-                   "activations": header.activations_size, "alignment": header.alignment},
-        "placeholders": [{"name": p.name, "type": p.kind, "dims": list(p.dims),
-                          "offset": p.offset, "bytes": p.size} for p in header.placeholders],
+        "files": {
+            name: files.sha256_file(bundle.directory / name)
+            for name in (
+                bundle.object_name,
+                bundle.header_name,
+                bundle.weights_bin,
+                bundle.weights_txt,
+            )
+            if name
+        },
+        "memory": {
+            "constant": header.constant_size,
+            "mutable": header.mutable_size,
+            "activations": header.activations_size,
+            "alignment": header.alignment,
+        },
+        "placeholders": [
+            {
+                "name": p.name,
+                "type": p.kind,
+                "dims": list(p.dims),
+                "offset": p.offset,
+                "bytes": p.size,
+            }
+            for p in header.placeholders
+        ],
         **found,
         **extra,
-    }  # fmt: skip
+    }
     files.write_atomic(bundle.directory / "manifest.json",
                        (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())  # fmt: skip
 

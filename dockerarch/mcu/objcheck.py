@@ -165,7 +165,9 @@ def unresolved(undefined: Iterable[str], libraries: Iterable[bytes]) -> list[str
 
 def check_symbols(missing: list[str], where: str) -> None:
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        shown = ", ".join(missing[:8]) + (
+            f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        )
         raise VerificationError(
             f"{where} needs {shown}, which neither newlib, libgcc nor the firmware kit defines: "
             "the firmware would not link",

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 # Glow's ONNX importer (pytorch/glow 2024-05: ONNXModelLoader, CommonOperatorLoader): the
 # standard ONNX operators it imports. Anything else stops model-compiler; dockerarch says so first.
-GLOW_ONNX_OPS = frozenset("""
+GLOW_ONNX_OPS = frozenset(
+    """
 Abs Acos Add And ArgMax ArgMin Asin Atan AveragePool BatchNormalization Cast Ceil Clip Concat
 Constant ConstantOfShape Conv ConvTranspose Cos CumSum DepthToSpace DequantizeLinear Div Dropout
 Equal Erf Exp Expand Flatten Floor GRU Gather GatherND Gemm GlobalAveragePool Greater HardSigmoid
@@ -25,7 +26,8 @@ Mean Min Mul Neg NonMaxSuppression NonZero Not Or PRelu Pad Pow QuantizeLinear R
 Reciprocal ReduceL2 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu
 Reshape Resize RoiAlign ScatterND Shape Sigmoid Sign Sin Slice Softmax SpaceToDepth Split Sqrt
 Squeeze Sub Sum Tanh Tile TopK Transpose Unsqueeze Upsample Where Xor
-""".split())
+""".split()
+)
 MAX_OPSET = 13  # the newest default-domain opset Glow's importer handles in practice
 SEED = 20260517  # the proof's fixed input: the same for every run and machine
 

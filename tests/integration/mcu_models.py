@@ -82,9 +82,13 @@ def onnx_model(net: Net, path: Path, opset: int = 13, extra_op: str | None = Non
         elif layer.op == "relu":
             nodes.append(helper.make_node("Relu", inputs, [name]))
         elif layer.op == "conv":
-            nodes.append(helper.make_node("Conv", inputs, [name], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+            nodes.append(
+                helper.make_node("Conv", inputs, [name], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+            )
         elif layer.op == "maxpool":
-            nodes.append(helper.make_node("MaxPool", inputs, [name], kernel_shape=[2, 2], strides=[2, 2]))
+            nodes.append(
+                helper.make_node("MaxPool", inputs, [name], kernel_shape=[2, 2], strides=[2, 2])
+            )
         elif layer.op == "flatten":
             nodes.append(helper.make_node("Flatten", inputs, [name], axis=1))
         elif layer.op == "softmax":
@@ -176,12 +180,17 @@ def fake_bundle(net: Net, directory: Path, *, name: str = "net", cpu: str = "cor
             body.append(f"    gemm(x, {wp('W')}, {wp('b')}, {dst}, {n}, {k});")
         elif layer.op == "conv":
             co, ci = layer.weights["W"].shape[:2]
-            body.append(f"    conv(x, {wp('W')}, {wp('b')}, {dst}, {ci}, {co}, {shape[2]}, {shape[3]});")
+            body.append(
+                f"    conv(x, {wp('W')}, {wp('b')}, {dst}, {ci}, {co}, {shape[2]}, {shape[3]});"
+            )
         elif layer.op == "maxpool":
             body.append(f"    maxpool(x, {dst}, {shape[1]}, {shape[2]}, {shape[3]});")
         elif layer.op in ("relu", "flatten"):
             n = int(np.prod(out_shapes[i]))
-            body.append(f"    memcpy({dst}, x, {n * 4});" + (f" relu({dst}, {n});" if layer.op == "relu" else ""))
+            body.append(
+                f"    memcpy({dst}, x, {n * 4});"
+                + (f" relu({dst}, {n});" if layer.op == "relu" else "")
+            )
         elif layer.op == "softmax":
             body.append(f"    softmax(x, {dst}, {int(np.prod(out_shapes[i]))});")
         body.append(f"    x = {dst};")
@@ -194,9 +203,7 @@ def fake_bundle(net: Net, directory: Path, *, name: str = "net", cpu: str = "cor
                     "-o", str(directory / f"{name}.o"), *clang_args], check=True)  # fmt: skip
     source.unlink()
     (directory / f"{name}.weights.bin").write_bytes(bytes(weights))
-    (directory / f"{name}.weights.txt").write_text(
-        ",".join(f"0X{b:02X}" for b in weights) + "\n"
-    )
+    (directory / f"{name}.weights.txt").write_text(",".join(f"0X{b:02X}" for b in weights) + "\n")
     upper = name.upper()
 
     def dims(s: tuple[int, ...]) -> str:
