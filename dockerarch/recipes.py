@@ -264,6 +264,8 @@ class Recipe:
     no_hybrid: str | None = None  # why this recipe must compile with the emulated ARM compiler
     # Recipes that clone a git repository take --source: files of which one must be at its root.
     source_markers: tuple[str, ...] = ()
+    # Why this recipe builds only from a tree given with --source (it has nothing to clone).
+    needs_source: str | None = None
     # Code generators a hybrid build runs in the native Python (same version, the stage's own
     # pure-Python files): module names ("torchgen.gen", run as python -m) and scripts
     # ("tools/setup_helpers/generate_code.py", matched at the end of the path).
@@ -375,7 +377,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, str]:
 _TOP_KEYS = (
     "description", "template", "versions", "package", "options", "per_version", "artifacts",
     "apt", "runtime_apt", "smoke", "arches", "targets", "no_hybrid", "source_markers", "uses",
-    "native_python", "arch_targets", "per_target", "refuse", "patches",
+    "native_python", "arch_targets", "per_target", "refuse", "patches", "needs_source",
 )  # fmt: skip
 _PATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _CONTEXT_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -389,15 +391,14 @@ def _strings(value: Any, where: str, source: Path) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _reason(value: Any, source: Path) -> str | None:
+def _reason(value: Any, source: Path, key: str = "no_hybrid") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(
-            f"'no_hybrid' in {source} must say, in a sentence, why the recipe needs the emulated "
-            "ARM compiler"
-        )
-    return value.strip()
+        what = {"no_hybrid": "the recipe needs the emulated ARM compiler",
+                "needs_source": "the recipe builds only from a tree given with --source"}[key]  # fmt: skip
+        raise ConfigError(f"'{key}' in {source} must say, in a sentence, why {what}")
+    return " ".join(value.split())
 
 
 def _uses(value: Any, options: Mapping[str, RecipeOption], source: Path) -> dict[str, str]:
@@ -594,6 +595,7 @@ def load_recipe(name: str, context: Path, template_dirs: Sequence[Path]) -> Reci
         source=source,
         no_hybrid=_reason(top.get("no_hybrid"), source),
         source_markers=_strings(top.get("source_markers"), "source_markers", source),
+        needs_source=_reason(top.get("needs_source"), source, "needs_source"),
         uses=_uses(top.get("uses"), options, source),
         native_python=_native_python(top.get("native_python"), source),
         arch_targets=_arch_targets(top.get("arch_targets"), source),

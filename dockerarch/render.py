@@ -326,6 +326,12 @@ def plan(
     for board in chosen:
         recipe.check_target(board)
         recipe.check_combination(board, resolved_version, options[board.name])
+    if recipe.needs_source and source is None:
+        raise UsageError(
+            f"Recipe '{recipe.name}' builds only from a tree you give: {recipe.needs_source}",
+            fix=f"Give it with --source DIR (or an archive); it must hold "
+            f"{' or '.join(recipe.source_markers)}.",
+        )
     local = None
     if source is not None:
         from dockerarch.sources import check_source

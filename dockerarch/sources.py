@@ -98,7 +98,8 @@ def check_source(text: str, recipe: Recipe) -> LocalSource:
     if not recipe.source_markers:
         raise UsageError(
             f"Recipe '{recipe.name}' does not take --source: its source is not a git repository",
-            fix="--source is for qpulib, vaccel, torch and torchvision (recipes that clone).",
+            fix="--source is for qpulib, vaccel, torch, torchvision and glow (recipes built from a "
+            "source tree).",
         )
     path = Path(text).expanduser().absolute()
     wanted = " or ".join(recipe.source_markers)

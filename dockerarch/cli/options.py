@@ -16,7 +16,7 @@ Source = Annotated[
         "--source",
         metavar="PATH",
         help="The upstream source from this machine (a checkout or a .tar.gz/.tar.xz/.zip) "
-        "instead of a git clone: qpulib, vaccel, torch, torchvision.",
+        "instead of a git clone: qpulib, vaccel, torch, torchvision; glow needs it.",
     ),
 ]
 

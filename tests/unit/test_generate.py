@@ -11,6 +11,7 @@ from dockerarch import accel, paths
 from dockerarch.recipes import load_recipes
 from dockerarch.render import TemplateError, for_generate, plan, render, render_dockerfile
 from dockerarch.targets import load_targets
+from tests.unit.trees import source_for
 
 from .cli import run
 
@@ -39,6 +40,7 @@ def _render(recipe: str, target: str, mode: str = "hybrid", **kw: object) -> str
         "version": None,
         "package": package,
         "settings": {},
+        "source": source_for(RECIPES[recipe]),
     }
     args.update(kw)
     (request,) = plan(recipe, **args)
@@ -75,7 +77,9 @@ def test_every_recipe_renders_for_every_target(recipe: str, target: str) -> None
 @pytest.mark.parametrize(("recipe", "target"), NATIVE)
 def test_the_build_hosts_own_arch_renders_a_native_build(recipe: str, target: str) -> None:
     text = _render(recipe, target)  # hybrid asked for: nothing to graft, it is this machine's
-    assert "toolchain" not in text and "ccache" not in text and "--platform=" not in text
+    # No graft and no hybrid compiler cache (a recipe may ask for ccache itself: glow)
+    assert "toolchain" not in text and "--platform=" not in text
+    assert "ccache" not in text or "ccache" in RECIPES[recipe].apt
     assert f"FROM {TARGETS[target].base_image} AS runtime-base-stage\n" in text
 
 
@@ -728,3 +732,15 @@ def test_a_set_members_build_step_reads_only_its_build_part_of_the_set(tmp_path:
     runtime = again_text.split("FROM runtime-base AS runtime\n")[1]
     assert "--mount=type=bind,from=wheelset,target=/run/dockerarch-set" in runtime
     assert "from=wheelset-build" not in runtime
+
+
+def test_a_recipe_with_nothing_to_clone_asks_for_its_tree_before_anything_runs() -> None:
+    from dockerarch.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"'glow' builds only from a tree you give.*--source DIR"):
+        plan("glow", arch="amd64", target=None, version=None, package=None, settings={})
+    text = _render("glow", "debian-amd64")  # with a tree: Glow's patches, ccache, no -march=native
+    assert (
+        "0005-cxx17-for-std-optional.patch" in text
+        and "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache" in text
+    )
