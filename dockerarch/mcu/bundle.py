@@ -143,7 +143,7 @@ def prove(bundle: Bundle, mcu: Mcu, model_path: Path, *, atol: float = ATOL,
     inputs = reference.fixed_inputs(model)
     say(f"reference: onnxruntime runs {model_path.name} on the fixed input")
     expected = reference.run(model, inputs)
-    firmware_dir = bundle.directory / "firmware"
+    firmware_dir = _firmware_dir(bundle.directory, say)
     outputs = [placeholders[t.name] for t in model.outputs]
     kit.write(firmware_dir, mcu, bundle.header,
               {"object": bundle.object_name, "header": bundle.header_name,
@@ -175,6 +175,16 @@ def prove(bundle: Bundle, mcu: Mcu, model_path: Path, *, atol: float = ATOL,
             "tolerance": {"atol": atol, "rtol": rtol}, "max_abs_error": worst,
             "outputs_compared": {t.name: math.prod(t.dims) for t in model.outputs},
             "model_sha256": model.sha256, "opset": model.opset}  # fmt: skip
+
+
+def _firmware_dir(directory: Path, say: Callable[[str], None]) -> Path:
+    """Where the proof's kit goes: ``firmware/``, unless that holds a kit of the user's own (no
+    kit.MARKER: never overwritten), then ``firmware.dockerarch/``."""
+    chosen = directory / "firmware"
+    if chosen.exists() and not (chosen / kit.MARKER).exists():
+        chosen = directory / "firmware.dockerarch"
+        say(f"{directory / 'firmware'} is your own: the proof's kit goes to {chosen}")
+    return chosen
 
 
 def write_manifest(bundle: Bundle, mcu: Mcu, found: dict[str, Any], extra: dict[str, Any]) -> None:

@@ -22,6 +22,8 @@ from dockerarch.mcu.profiles import Mcu
 from dockerarch.paths import data_path
 
 KIT_FILES = ("startup.c", "glow_shims.c")
+# In a kit directory dockerarch wrote (and may write again): delete it to make the kit yours.
+MARKER = ".dockerarch-kit"
 TOOLS_HINT = ("Install Debian's gcc-arm-none-eabi, libnewlib-arm-none-eabi and qemu-system-arm "
               "(scripts/setup-host does).")  # fmt: skip
 _OUT = re.compile(r"^dockerarch-out (\d+) (\d+) ([0-9a-f]{8})$", re.MULTILINE)
@@ -129,6 +131,9 @@ def write(directory: Path, mcu: Mcu, header: BundleHeader, files: Mapping[str, s
         main_c(header, files["header"], files["weights_txt"], inputs, outputs)
     )
     (directory / "Makefile").write_text(makefile(mcu, files["object"]))
+    (directory / MARKER).write_text(
+        "dockerarch writes this kit again on each proof; delete this file to keep your changes.\n"
+    )
 
 
 def link(directory: Path) -> Path:

@@ -143,3 +143,14 @@ def test_bundle_make_without_glows_image_says_how_to_build_it(tmp_path: Path) ->
     assert result.returncode == 2, result.stderr
     assert "dockerarch build glow --arch amd64 --source" in " ".join(result.stderr.split())
     assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.*"))
+
+
+def test_a_firmware_directory_the_user_changed_is_never_overwritten(
+    made: Path, tmp_path: Path
+) -> None:
+    bundle = models.fake_bundle(models.mlp(), tmp_path / "mine")
+    (bundle / "firmware").mkdir()
+    (bundle / "firmware" / "main.c").write_text("/* my firmware */\n")
+    _ok(dockerarch("bundle", "check", str(bundle), "--model", str(made / "mlp.onnx")))
+    assert (bundle / "firmware" / "main.c").read_text() == "/* my firmware */\n"
+    assert (bundle / "firmware.dockerarch" / "firmware.elf").is_file()
