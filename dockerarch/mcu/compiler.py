@@ -38,12 +38,16 @@ def compile_bundle(image: str, model: Path, mcu: Mcu, network: str, out: Path) -
     )  # fmt: skip
     if code != 0:
         lines = [line for line in output.strip().splitlines() if line.strip()]
-        unsupported = next((line for line in lines if "not supported" in line.lower()
-                            or "unsupported" in line.lower()), None)  # fmt: skip
-        if unsupported:
-            raise UsageError(f"Glow cannot compile {model.name}: {unsupported.strip()}",
-                             fix="Replace what it names in the model, or export it with "
-                             "opset 13 or lower.")  # fmt: skip
+        # Glow's importer and compiler stop with "Error message: WHAT" before a stack dump.
+        said = next((line.split(":", 1)[1].strip() for line in lines
+                     if line.startswith("Error message:")), None)  # fmt: skip
+        if said:
+            raise UsageError(
+                f"Glow cannot compile {model.name}: {said}",
+                fix="Change what it names in the model (Glow's importer takes some operators "
+                "only in some shapes or opsets: an export with opset 11, or onnx-simplifier, "
+                "often helps).",
+            )
         raise CommandFailedError(
             f"model-compiler failed on {model.name} (exit code {code})"
             + (": " + " / ".join(lines[-4:]) if lines else ""),

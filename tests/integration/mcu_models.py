@@ -68,7 +68,7 @@ def shapes(net: Net) -> list[tuple[int, ...]]:
     return out
 
 
-def onnx_model(net: Net, path: Path, opset: int = 13, extra_op: str | None = None) -> Path:
+def onnx_model(net: Net, path: Path, opset: int = 11, extra_op: str | None = None) -> Path:
     nodes, inits = [], []
     current = "input"
     for i, layer in enumerate(net.layers):
