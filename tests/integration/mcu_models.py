@@ -1,10 +1,11 @@
 """Test models for the bundle proof, and bundle-shaped objects made from them without Glow.
 
 Each model is a list of layers with fixed weights (a seeded generator): ``onnx_model`` writes it
-as an ONNX file (opset 13) with the onnx package, ``fake_bundle`` writes what model-compiler
-would for it, with the same API: C code doing the same arithmetic, compiled by Debian's clang
-for a Cortex-M (Thumb, hard float), a header in Glow's static-API format (placeholders,
-memory sizes, alignment, the entry point) and the weights (.bin and .txt).
+as an ONNX file with the onnx package (opset 11: Glow's importer refuses opset 13's Softmax on a
+2-D input), ``fake_bundle`` writes what model-compiler would for it, with the same API: C code
+doing the same arithmetic, compiled by Debian's clang for a Cortex-M (Thumb, hard float), a
+header in Glow's static-API format (placeholders, memory sizes, alignment, the entry point) and
+the weights (.bin and .txt).
 """
 
 from __future__ import annotations
