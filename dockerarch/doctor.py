@@ -319,6 +319,31 @@ def check_machine_images(daemon_ok: bool, registry: RegistryConfig | None = None
     return CheckResult(name=name, ok=True, required=False, detail=detail)
 
 
+def check_bundle_tools() -> CheckResult:
+    """What `dockerarch bundle` proves with (never a failure of the machine: only bundles need
+    it): Debian's arm-none-eabi-gcc with newlib, qemu-system-arm, onnxruntime."""
+    import importlib.util
+
+    name = "bundle tools"
+    missing = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(tool)]
+    if not missing:
+        libc = process.run(["arm-none-eabi-gcc", "-mcpu=cortex-m7", "-mfloat-abi=hard",
+                            "-mfpu=fpv5-d16", "-print-file-name=libc_nano.a"], check=False)  # fmt: skip
+        if not Path(libc.stdout.strip()).is_absolute():
+            missing.append("newlib")
+    missing += [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        return CheckResult(name=name, ok=False, required=False,
+                           detail=f"missing: {', '.join(missing)} (only dockerarch bundle needs them)",
+                           fix="Run scripts/setup-host, which installs them (Debian's "
+                           "gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm, and "
+                           "the mcu extra: onnx, onnxruntime).")  # fmt: skip
+    gcc = process.run(["arm-none-eabi-gcc", "-dumpversion"], check=False).stdout.strip()
+    return CheckResult(name=name, ok=True, required=False,
+                       detail=f"arm-none-eabi-gcc {gcc} with newlib, qemu-system-arm, onnxruntime: "
+                       "bundles are checked and proved on QEMU's Cortex-M7 and M4")  # fmt: skip
+
+
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
     """A check that hits something unforeseen still yields a row, never a traceback."""
     try:
@@ -351,5 +376,6 @@ def run_checks(registry: RegistryConfig, *, min_free_gib: float = 10.0) -> list[
         _guarded("compiler cache", lambda: check_compiler_cache(registry, state_dir())),
         _guarded("disk space", lambda: check_disk(daemon.ok, min_free_gib, state_dir())),
         _guarded("machine images", lambda: check_machine_images(daemon.ok, registry)),
+        _guarded("bundle tools", check_bundle_tools),
     ]
     return results

@@ -154,3 +154,10 @@ def test_a_firmware_directory_the_user_changed_is_never_overwritten(
     _ok(dockerarch("bundle", "check", str(bundle), "--model", str(made / "mlp.onnx")))
     assert (bundle / "firmware" / "main.c").read_text() == "/* my firmware */\n"
     assert (bundle / "firmware.dockerarch" / "firmware.elf").is_file()
+
+
+def test_doctor_says_the_bundle_tools_are_there() -> None:
+    doctor = dockerarch("doctor", "--json")
+    (row,) = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "bundle tools"]
+    assert row["ok"] and not row["required"], row
+    assert "arm-none-eabi-gcc 12" in row["detail"] and "with newlib" in row["detail"], row
