@@ -96,7 +96,7 @@ def prepare(ask: BuildAsk, *, say: Say) -> PreparedBuild:
     requests = (set_requests(ask.recipe, wanted, arch=ask.arch, target=ask.target, settings=chosen)
                 if wanted is not None else
                 plan(ask.recipe, arch=ask.arch, target=ask.target, version=ask.version,
-                     package=ask.package, settings=chosen, source=ask.source))  # fmt: skip
+                     package=ask.package, settings=chosen, source=ask.source, to_build=True))  # fmt: skip
     registry = load_registry_config()
     options = build_options(
         requests, chosen, registry, out=ask.out, builder=ask.builder,

@@ -161,7 +161,8 @@ def read_result(request: RenderRequest, out: Path) -> tuple[Path, dict[str, Any]
     directory = out / target.name / request.result_name
     spec = request.package and (request.package.local or request.package.spec)
     package = f" --package {shlex.quote(str(spec))}" if spec else ""
-    rebuild = f"dockerarch build {request.recipe.name}{package} --target {target.name}" + (
+    tree = " --source DIR" if request.recipe.needs_source else ""
+    rebuild = f"dockerarch build {request.recipe.name}{package}{tree} --target {target.name}" + (
         f" --out {out}" if out != Path("dist") else ""
     )
     try:
@@ -349,6 +350,8 @@ def _record(b: Built, pushed: dict[str, Any]) -> None:
 def board_lines(published: Published, config: RegistryConfig) -> list[str]:
     """What a board runs to pull what was published, and what its dockerd needs first."""
     ref = f"{published.repository}:{published.tags[0]}"
+    if set(published.platforms) == {"linux/amd64"}:  # a tool for x86 machines (glow)
+        return [f"on another x86-64 machine:  docker pull {ref}"]
     lines = [f"on a board:  docker pull {ref}"]
     if config.loopback:
         lines.append(

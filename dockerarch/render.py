@@ -282,10 +282,13 @@ def plan(
     package: str | None,
     settings: Mapping[str, str],
     source: str | None = None,
+    to_build: bool = False,
 ) -> list[RenderRequest]:
     """Check every input of ``generate`` / ``build`` and turn it into one request per target.
 
-    Nothing is rendered before every value passed its recipe's checks.
+    Nothing is rendered before every value passed its recipe's checks. ``to_build``: the request
+    is rendered or built (a recipe that builds only from a given tree needs ``source``); push,
+    upload and export only name a result.
     """
     from dockerarch.recipes import (
         find_recipe,
@@ -326,7 +329,7 @@ def plan(
     for board in chosen:
         recipe.check_target(board)
         recipe.check_combination(board, resolved_version, options[board.name])
-    if recipe.needs_source and source is None:
+    if to_build and recipe.needs_source and source is None:
         raise UsageError(
             f"Recipe '{recipe.name}' builds only from a tree you give: {recipe.needs_source}",
             fix=f"Give it with --source DIR (or an archive); it must hold "

@@ -49,7 +49,7 @@ def generate(
     accel_module.check_mode(accel)
     requests = plan(
         recipe, arch=arch, target=target, version=version, package=package,
-        settings=parse_set(settings or []), source=source,
+        settings=parse_set(settings or []), source=source, to_build=True,
     )  # fmt: skip
     if len(requests) > 1:
         raise UsageError(

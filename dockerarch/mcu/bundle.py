@@ -248,7 +248,7 @@ def make(model: Path, mcu: Mcu, out: Path, *, image: str, network: str, prove_it
     try:
         say(f"model-compiler: {model.name} (opset {loaded.opset}, {len(loaded.operators)} "
             f"operators) for {mcu.cpu}, hard float")  # fmt: skip
-        compiler.compile_bundle(image, model, mcu, network, work)
+        compiler.compile_bundle(compiler.pulled(image, say), model, mcu, network, work)
         bundle = find(work)
         found = check(bundle, mcu)
         say(summary(found, mcu))

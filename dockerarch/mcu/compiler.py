@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from dockerarch import engine
@@ -21,14 +22,29 @@ def command(mcu: Mcu, network: str, model_name: str) -> list[str]:
             "-target=arm", f"-mcpu={mcu.cpu}", "-float-abi=hard"]  # fmt: skip
 
 
+def pulled(image: str, say: Callable[[str], None]) -> str:
+    """``image`` on this machine: a registry reference (ADDRESS/...:TAG) is pulled when the
+    engine lacks it (docker's own credentials); a local tag is used as it is."""
+    first = image.split("/", 1)[0] if "/" in image else ""
+    remote = "." in first or ":" in first or first == "localhost"
+    if not remote or engine.image_labels(image) is not None:
+        return image  # dockerarch/glow:...: a local name, not a registry's
+    say(f"pulling {image}")
+    if engine.pull_image(image, "linux/amd64") is None:
+        raise UsageError(f"The registry has no {image}",
+                         fix="Push it from the machine that built it: dockerarch push glow "
+                         "--arch amd64.")  # fmt: skip
+    return image
+
+
 def compile_bundle(image: str, model: Path, mcu: Mcu, network: str, out: Path) -> str:
     """Run model-compiler; the bundle's files land in ``out`` (an empty directory). Returns its
     output (Glow prints little)."""
     if engine.image_labels(image) is None:
         raise UsageError(
             f"The Glow image {image} is not on this machine",
-            fix="Build it first: dockerarch build glow --arch amd64 --source GLOW_TREE (or give "
-            "another with --image).",
+            fix="Build it first: dockerarch build glow --arch amd64 --source GLOW_TREE, or give "
+            "the one a colleague pushed: --image REGISTRY/dockerarch/glow:VERSION.",
         )
     argv = command(mcu, network, "model.onnx")
     code, output = engine.run_in_image(

@@ -143,6 +143,13 @@ def test_bundle_make_without_glows_image_says_how_to_build_it(tmp_path: Path) ->
     assert result.returncode == 2, result.stderr
     assert "dockerarch build glow --arch amd64 --source" in " ".join(result.stderr.split())
     assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.*"))
+    # A registry reference is pulled (a colleague's push): one the registry lacks is said so.
+    remote = "127.0.0.1:5000/dockerarch-test/glow:absent"
+    result = dockerarch(
+        "bundle", "make", str(model), "--image", remote, "--out", str(tmp_path / "b")
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"The registry has no {remote}" in " ".join(result.stderr.split())
 
 
 def test_a_firmware_directory_the_user_changed_is_never_overwritten(

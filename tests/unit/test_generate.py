@@ -738,7 +738,11 @@ def test_a_recipe_with_nothing_to_clone_asks_for_its_tree_before_anything_runs()
     from dockerarch.errors import UsageError
 
     with pytest.raises(UsageError, match=r"'glow' builds only from a tree you give.*--source DIR"):
-        plan("glow", arch="amd64", target=None, version=None, package=None, settings={})
+        plan("glow", arch="amd64", target=None, version=None, package=None, settings={},
+             to_build=True)  # fmt: skip
+    # push, upload and export name a result: no tree needed
+    (named,) = plan("glow", arch="amd64", target=None, version=None, package=None, settings={})
+    assert named.result_name == "glow-05dd99b97"
     text = _render("glow", "debian-amd64")  # with a tree: Glow's patches, ccache, no -march=native
     assert (
         "0005-cxx17-for-std-optional.patch" in text
