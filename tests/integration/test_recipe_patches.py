@@ -46,8 +46,9 @@ def test_a_recipe_patch_applies_exactly(recipe: str, patch: Path, tmp_path: Path
     for name, (before, _) in sides.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        # the patched lines where the hunk says they are, after as many lines of their own
-        first = int(re.search(r"^@@ -(\d+)", patch.read_text(), re.M).group(1))  # type: ignore[union-attr]
+        # the patched lines where the file's hunk says they are, after as many lines of their own
+        hunks = patch.read_text().split(f"+++ b/{name}\n", 1)[1]
+        first = int(re.search(r"^@@ -(\d+)", hunks, re.M).group(1))  # type: ignore[union-attr]
         path.write_text(
             "".join(f"// line {n}\n" for n in range(1, first)) + "\n".join(before) + "\n"
         )
