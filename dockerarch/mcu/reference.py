@@ -7,12 +7,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dockerarch.errors import UsageError
 
-if TYPE_CHECKING:
-    import numpy as np
+# numpy arrays (the mcu extra's numpy, imported when a proof runs: not a dependency of
+# dockerarch itself, so not named here even for typing)
+Array = Any
 
 # Glow's ONNX importer (pytorch/glow 2024-05: ONNXModelLoader, CommonOperatorLoader): the
 # standard ONNX operators it imports. Anything else stops model-compiler; dockerarch says so first.
@@ -134,7 +135,7 @@ def load(path: Path) -> Model:
                  operators=tuple(ops))  # fmt: skip
 
 
-def fixed_inputs(model: Model) -> dict[str, np.ndarray]:
+def fixed_inputs(model: Model) -> dict[str, Array]:
     """The proof's input: for each model input, values uniform in [-1, 1) from a fixed seed."""
     np = _need("numpy")
     rng = np.random.default_rng(SEED)
@@ -150,7 +151,7 @@ def fixed_inputs(model: Model) -> dict[str, np.ndarray]:
     return inputs
 
 
-def run(model: Model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run(model: Model, inputs: dict[str, Array]) -> dict[str, Array]:
     """onnxruntime's outputs for ``inputs`` on this machine's CPU."""
     ort = _need("onnxruntime")
     options = ort.SessionOptions()
