@@ -327,9 +327,11 @@ def check_bundle_tools() -> CheckResult:
     name = "bundle tools"
     missing = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(tool)]
     if not missing:
-        libc = process.run(["arm-none-eabi-gcc", "-mcpu=cortex-m7", "-mfloat-abi=hard",
-                            "-mfpu=fpv5-d16", "-print-file-name=libc_nano.a"], check=False)  # fmt: skip
-        if not Path(libc.stdout.strip()).is_absolute():
+        from dockerarch.mcu import bundle, profiles
+
+        try:
+            bundle.newlib_paths(profiles.get("cortex-m7"))
+        except DockerarchError:
             missing.append("newlib")
     missing += [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
     if missing:

@@ -41,10 +41,12 @@ def _mcu(name: str, ram: str | None, flash: str | None) -> McuProfile:
 
 
 def _glow_image() -> str:
-    from dockerarch import recipes
+    """The image `dockerarch build glow` makes (its runtime image's tag)."""
+    from dockerarch.buildsteps.runtime import image_tag
+    from dockerarch.render import plan
 
-    version = recipes.find_recipe(recipes.load_recipes(), "glow").default_version
-    return f"dockerarch/glow:{version}-debian-amd64"
+    (request,) = plan("glow", arch="amd64", target=None, version=None, package=None, settings={})
+    return image_tag(request, request.target.name)
 
 
 def make(

@@ -65,7 +65,13 @@ def find(directory: Path) -> Bundle:
 
 def newlib_archives(mcu: Mcu) -> list[bytes]:
     """newlib's C and maths libraries and libgcc for the MCU's multilib, as Debian's
-    arm-none-eabi-gcc links them."""
+    arm-none-eabi-gcc links them (their contents)."""
+    return [path.read_bytes() for path in newlib_paths(mcu)]
+
+
+def newlib_paths(mcu: Mcu) -> list[Path]:
+    """Where arm-none-eabi-gcc takes newlib's libc (nano), libm and libgcc for the MCU's
+    multilib; a UsageError when newlib is not installed."""
     found = []
     for query in ("-print-file-name=libc_nano.a", "-print-file-name=libm.a",
                   "-print-libgcc-file-name"):  # fmt: skip
@@ -76,7 +82,7 @@ def newlib_archives(mcu: Mcu) -> list[bytes]:
                 f"arm-none-eabi-gcc has no {query.split('=')[-1]} for {mcu.cpu}",
                 fix="Install libnewlib-arm-none-eabi (scripts/setup-host does).",
             )
-        found.append(path.read_bytes())
+        found.append(path)
     return found
 
 
@@ -248,7 +254,7 @@ def make(model: Path, mcu: Mcu, out: Path, *, image: str, network: str, prove_it
     try:
         say(f"model-compiler: {model.name} (opset {loaded.opset}, {len(loaded.operators)} "
             f"operators) for {mcu.cpu}, hard float")  # fmt: skip
-        compiler.compile_bundle(compiler.pulled(image, say), model, mcu, network, work)
+        compiler.compile_bundle(compiler.local_image(image, say), model, mcu, network, work)
         bundle = find(work)
         found = check(bundle, mcu)
         say(summary(found, mcu))

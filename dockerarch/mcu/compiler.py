@@ -22,13 +22,19 @@ def command(mcu: Mcu, network: str, model_name: str) -> list[str]:
             "-target=arm", f"-mcpu={mcu.cpu}", "-float-abi=hard"]  # fmt: skip
 
 
-def pulled(image: str, say: Callable[[str], None]) -> str:
-    """``image`` on this machine: a registry reference (ADDRESS/...:TAG) is pulled when the
-    engine lacks it (docker's own credentials); a local tag is used as it is."""
+def local_image(image: str, say: Callable[[str], None]) -> str:
+    """``image`` in this machine's engine: there already, or pulled when it names a registry
+    (ADDRESS/...:TAG, a colleague's push; docker's own credentials). A local name that is not
+    there (dockerarch/glow:...) is never looked up on Docker Hub."""
+    if engine.image_labels(image) is not None:
+        return image
     first = image.split("/", 1)[0] if "/" in image else ""
-    remote = "." in first or ":" in first or first == "localhost"
-    if not remote or engine.image_labels(image) is not None:
-        return image  # dockerarch/glow:...: a local name, not a registry's
+    if not ("." in first or ":" in first or first == "localhost"):
+        raise UsageError(
+            f"The Glow image {image} is not on this machine",
+            fix="Build it first: dockerarch build glow --arch amd64 --source GLOW_TREE, or give "
+            "the one a colleague pushed: --image REGISTRY/dockerarch/glow:VERSION.",
+        )
     say(f"pulling {image}")
     if engine.pull_image(image, "linux/amd64") is None:
         raise UsageError(f"The registry has no {image}",
@@ -38,14 +44,8 @@ def pulled(image: str, say: Callable[[str], None]) -> str:
 
 
 def compile_bundle(image: str, model: Path, mcu: Mcu, network: str, out: Path) -> str:
-    """Run model-compiler; the bundle's files land in ``out`` (an empty directory). Returns its
-    output (Glow prints little)."""
-    if engine.image_labels(image) is None:
-        raise UsageError(
-            f"The Glow image {image} is not on this machine",
-            fix="Build it first: dockerarch build glow --arch amd64 --source GLOW_TREE, or give "
-            "the one a colleague pushed: --image REGISTRY/dockerarch/glow:VERSION.",
-        )
+    """Run model-compiler from ``image`` (in the engine: local_image); the bundle's files land
+    in ``out`` (an empty directory). Returns its output (Glow prints little)."""
     argv = command(mcu, network, "model.onnx")
     code, output = engine.run_in_image(
         image, "linux/amd64", shlex.join(argv), timeout=TIMEOUT, network="none",

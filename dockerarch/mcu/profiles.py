@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import yaml
@@ -59,8 +59,6 @@ class Mcu:
         return (f"-mcpu={self.cpu}", "-mthumb", f"-mfpu={self.fpu}", "-mfloat-abi=hard")
 
     def with_memory(self, ram: int | None, flash: int | None) -> Mcu:
-        from dataclasses import replace
-
         return replace(self, ram=self.ram if ram is None else ram,
                        flash=self.flash if flash is None else flash)  # fmt: skip
 

@@ -296,13 +296,13 @@ def test_a_boot_the_emulated_sd_host_broke_is_tried_once_more_from_a_fresh_overl
 def test_only_root_with_its_capabilities_can_bootstrap_the_card_tools_base() -> None:
     """export-img runs without privileges (the suite makes cards so): the card tools' base, when
     missing, is a clear error naming the one privileged command, not mmdebstrap's tar failing."""
-    from dockerarch import base as export  # ensure_base's check, export-img's tools base
+    from dockerarch import base  # ensure_base's check, for export-img's tools base
 
     def status(uid: int, caps: str) -> str:
         return f"Name:\tpython3\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n"
 
-    assert export.can_bootstrap(status(0, "000001ffffffffff"))
-    assert not export.can_bootstrap(status(0, "0000000000000000"))  # setpriv --bounding-set=-all
-    assert not export.can_bootstrap(status(0, "0000000000000001"))  # chown alone
-    assert not export.can_bootstrap(status(1000, "000001ffffffffff"))
-    assert not export.can_bootstrap("")
+    assert base.can_bootstrap(status(0, "000001ffffffffff"))
+    assert not base.can_bootstrap(status(0, "0000000000000000"))  # setpriv --bounding-set=-all
+    assert not base.can_bootstrap(status(0, "0000000000000001"))  # chown alone
+    assert not base.can_bootstrap(status(1000, "000001ffffffffff"))
+    assert not base.can_bootstrap("")
