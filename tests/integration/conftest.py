@@ -3,7 +3,9 @@ started. They never skip: a machine that is not set up fails them, saying so."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -29,6 +31,23 @@ def dockerarch(
         timeout=timeout,
         check=False,
     )
+
+
+def free_gib_under_docker_root() -> float:
+    root = subprocess.run(
+        ["docker", "info", "--format", "{{.DockerRootDir}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return shutil.disk_usage(root).free / 2**30
+
+
+def doctor_on_this_disk() -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    """`dockerarch doctor --json`, asking for 1 GiB less disk than there is (how much is free is
+    the machine's, and what the suite itself built: the default 10 GiB is proved in
+    test_doctor), and the rows that failed."""
+    room = max(free_gib_under_docker_root() - 1, 0)
+    done = dockerarch("doctor", "--json", "--min-free-gib", f"{room:.1f}")
+    return done, [c for c in json.loads(done.stdout)["checks"] if not c["ok"]]
 
 
 def dockerarch_each(
