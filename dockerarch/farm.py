@@ -118,7 +118,7 @@ def server_image(targets: Sequence[BoardTarget], toolchain_base: BoardTarget) ->
             "target": t.name,
             "triplet": t.triplet,
             "debian_arch": t.debian_arch,
-            "packages": list(accel.cross_packages(t.triplet, t.gcc)),
+            "packages": list(_compiler_packages(t)),
             "gcc": t.gcc,
         }
         for t in sorted(targets, key=lambda t: t.name)
@@ -130,6 +130,12 @@ def server_image(targets: Sequence[BoardTarget], toolchain_base: BoardTarget) ->
     )  # fmt: skip
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return ServerImage(tag=f"{IMAGE}:{digest}", dockerfile=text)
+
+
+def _compiler_packages(target: BoardTarget) -> tuple[str, ...]:
+    if target.arch.name == "amd64":  # a native build's own compilers
+        return accel.native_packages(target.gcc)
+    return accel.cross_packages(target.triplet, target.gcc)
 
 
 def container_name(server: FarmServer) -> str:
@@ -209,13 +215,18 @@ def parse_info(text: str) -> dict[str, str]:
 # --- the build side -----------------------------------------------------------------------------
 
 
-def probe_command(servers: Sequence[FarmServer], triplet: str) -> str:
+TOOLCHAIN_TREE = "/toolchain/usr/lib/dockerarch"  # in a hybrid build's toolchain stage
+NATIVE_TREE = "/usr/lib/dockerarch"  # in a native build's build-tools stage (native-farm)
+
+
+def probe_command(servers: Sequence[FarmServer], triplet: str, tree: str = TOOLCHAIN_TREE) -> str:
     """Shell, run in a build's toolchain stage (amd64, with its distcc and compilers under their
-    farm names), that compiles a probe on each server alone with no fallback: 'digest D' first,
-    then 'server ADDRESS CODE' and distcc's errors ('why ADDRESS TEXT') per server."""
+    farm names; ``tree`` is where they are), that compiles a probe on each server alone with no
+    fallback: 'digest D' first, then 'server ADDRESS CODE' and distcc's errors ('why ADDRESS
+    TEXT') per server."""
     lines = [
         "set -u",
-        "tree=/toolchain/usr/lib/dockerarch",
+        f"tree={tree}",
         'digest=$(cat "$tree/toolchain-id")',
         'echo "digest $digest"',
         "printf 'int dockerarch_farm_probe(int x) { return x + 1; }\\n' > /tmp/probe.c",
@@ -349,20 +360,15 @@ def _labels(server: FarmServer, digests: dict[str, str], allow: Sequence[str]) -
 
 
 def _toolchain_base(targets: Sequence[BoardTarget]) -> BoardTarget:
+    """The amd64 base a server is made from: the ARM targets' hybrid toolchain base, which is an
+    amd64 target's own base (its native builds' compilers are that suite's gcc)."""
     from dockerarch.targets import load_targets
 
-    native = [t.name for t in targets if t.arch.name == "amd64"]
-    if native:
-        raise UsageError(
-            f"{', '.join(native)} {'is' if len(native) == 1 else 'are'} x86-64 like the farm: "
-            "there is no cross compiler to serve (its builds compile natively, with no farm)",
-            fix="Serve the ARM targets: --arch armv7,aarch64 (the default), or --target NAME.",
-        )
     known = load_targets()
-    bases = {accel.toolchain_base(t, known) for t in targets}
+    bases = {t if t.arch.name == "amd64" else accel.toolchain_base(t, known) for t in targets}
     if len(bases) != 1:
         raise UsageError(
-            f"{', '.join(t.name for t in targets)} take their cross compilers from different "
+            f"{', '.join(t.name for t in targets)} take their compilers from different "
             f"Debian suites ({', '.join(sorted(b.name for b in bases))})",
             fix="Start one farm server per suite (another --listen address or port for each).",
         )

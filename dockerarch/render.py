@@ -65,6 +65,11 @@ class RenderRequest:
     # An index the build fetches from (pipconfig.for_builds) is on this machine's loopback: the
     # fetching steps run on the host's network (never a wheel set's: it fetches on the host)
     index_network: bool = False
+    # A native (amd64) build with a compile farm (use_farm decides): its build stage's gcc and
+    # g++ send compiles through distcc (data/toolchain/native-farm); farm_network is the compile
+    # steps' network ("host" for a server on loopback)
+    native_farm: bool = False
+    farm_network: str = ""
 
     @property
     def fetch_network(self) -> bool:
@@ -215,6 +220,7 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
         "local_source": request.source is not None,
         "wheelset": request.wheelset is not None,
         "index_network": request.fetch_network,
+        "native_farm": _native_farm_vars(request) if request.native_farm else None,
     }
     try:
         template = env.get_template(recipe.template.name)
@@ -251,6 +257,11 @@ def render_dockerfile(request: RenderRequest, search_path: list[Path]) -> Render
             fix='Name only options the recipe declares, with string values ({"USE_X": "0"}).',
         )
     return Rendered(text=text, options={**request.built_options, **decided})
+
+
+def _native_farm_vars(request: RenderRequest) -> dict[str, str]:
+    return {"context": accel.CONTEXT_DIR, "log": accel.FARM_LOG, "export": accel.FARM_EXPORT,
+            "log_stage": accel.LOG_STAGE, "network": request.farm_network}  # fmt: skip
 
 
 def for_generate(request: RenderRequest, mode: str) -> RenderRequest:

@@ -53,6 +53,7 @@ from dockerarch.accel.decision import (
     cross_packages,
     decide,
     native_drivers,
+    native_packages,
     prepare_context,
     toolchain_base,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "madison_by_package",
     "madison_has",
     "native_drivers",
+    "native_packages",
     "prepare_context",
     "release_codenames",
     "runtime_base_key",

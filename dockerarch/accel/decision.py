@@ -173,6 +173,12 @@ def cross_packages(triplet: str, gcc: int, fortran: bool = True) -> tuple[str, .
             *([fortran_package(triplet, gcc)] if fortran else []), f"binutils-{triplet}")  # fmt: skip
 
 
+def native_packages(gcc: int) -> tuple[str, ...]:
+    """Debian's native C and C++ compilers of an amd64 target (what its own build stage runs):
+    what a farm server installs to take a native build's compiles."""
+    return (f"gcc-{gcc}", f"g++-{gcc}")
+
+
 def fortran_package(triplet: str, gcc: int) -> str:
     return f"gfortran-{gcc}-{triplet}"
 

@@ -5,6 +5,7 @@ against the target, and the registry's build cache pushed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -62,30 +63,42 @@ def prepare_context(job: JobState) -> None:
 
 
 def use_farm(job: JobState) -> None:
-    """--farm: this build's own toolchain stage (amd64, cached from the build) compiles a probe
-    on each server alone; those that answer with the same toolchain take compiles, through a
-    hosts line given to the compiling steps as a secret. A server left out is said."""
+    """--farm: this build's own toolchain stage (amd64, cached from the build; a native build's
+    build-tools stage, its gcc and g++ set up for the farm) compiles a probe on each server alone;
+    those that answer with the same toolchain take compiles, through a hosts line given to the
+    compiling steps as a secret. A server left out is said."""
     servers = job.options.farm
     toolchain = job.request.toolchain
     if not servers:
         return
-    if toolchain is None:
-        job.say("farm not used: this build has no hybrid toolchain (plain QEMU or native)")
+    native = toolchain is None and job.request.target.arch.name == "amd64"
+    if toolchain is None and not native:
+        job.say("farm not used: this build has no hybrid toolchain (plain QEMU)")
         return
     if job.route.context is not None:
         job.say(f"farm not used: the build runs on node '{job.route.builder}'")
         return
-    tag = job.toolchain_image
+    loopback = any(s.loopback for s in servers)
+    unfarmed = job.request
+    if native:  # the build stage set up for the farm, probed from its build-tools stage
+        job.request = dataclasses.replace(unfarmed, native_farm=True,
+                                          farm_network="host" if loopback else "")  # fmt: skip
+        if not (job.context / accel.CONTEXT_DIR).is_dir():
+            accel.prepare_context(job.context)
+        job.built_options = write_dockerfile(job.request, job.context)
+    tag = None if native else job.toolchain_image
     if tag is None:  # the stage's own, built for the probe
-        tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/toolchain:{job.target}".lower())
+        stage = "build-tools" if native else "toolchain"
+        tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/{stage}:{job.target}".lower())
         spec = BuildSpec(context_dir=job.context, platform="linux/amd64",
-                         stage="toolchain", load_tag=tag, secrets=job.secrets,
+                         stage=stage, load_tag=tag, secrets=job.secrets,
                          cache=job.options.cache, build_contexts=job.contexts,
                          allow=job.allow)  # fmt: skip
-        stream(job, spec, "toolchain for the farm")
-    loopback = any(s.loopback for s in servers)
+        stream(job, spec, "build tools for the farm" if native else "toolchain for the farm")
+    triplet = job.request.target.triplet if toolchain is None else toolchain.triplet
+    tree = farm_module.NATIVE_TREE if native else farm_module.TOOLCHAIN_TREE
     code, output = job.engine.run_in_image(
-        tag, "linux/amd64", farm_module.probe_command(servers, toolchain.triplet),
+        tag, "linux/amd64", farm_module.probe_command(servers, triplet, tree),
         timeout=180, network="host" if loopback else None,
     )  # fmt: skip
     job.log.write(f"### farm probe (exit code {code})\n{output}\n")
@@ -99,6 +112,9 @@ def use_farm(job: JobState) -> None:
     if not probe.usable:
         job.say("warning: no farm server can take this build's compiles: compiling on this "
                 "machine only")  # fmt: skip
+        if native:  # the build as it would be without --farm
+            job.request = unfarmed
+            job.built_options = write_dockerfile(unfarmed, job.context)
         return
     hosts = job.work / "farm-hosts"
     cores = os.cpu_count() or 2
@@ -136,12 +152,13 @@ def build_artifacts(job: JobState) -> None:
     beside them (a second one would resolve the build stage again: seen re-running the toolchain
     stage, 40-50 s, when two targets built at once)."""
     hybrid = job.request.toolchain is not None
+    logs = hybrid or job.request.native_farm  # the stage that exports the logs beside them
     cache_from = (
         (f"type=registry,ref={job.cache_ref}",) if job.cache_ref and job.options.cache else ()
     )
     spec = BuildSpec(
         context_dir=job.context, platform=job.request.target.platform,
-        stage=accel.LOG_STAGE if hybrid else "artifacts", output_dir=job.landing,
+        stage=accel.LOG_STAGE if logs else "artifacts", output_dir=job.landing,
         secrets=_compile_secrets(job), cache=job.options.cache, cache_from=cache_from,
         node_context=job.route.context, build_contexts=job.contexts, allow=job.allow,
     )  # fmt: skip
@@ -152,18 +169,12 @@ def build_artifacts(job: JobState) -> None:
         sonames.unlink()
     toolchain = job.request.toolchain
     if toolchain is None:
+        _farm_placement(job)  # a native build's with --farm
         return
     job.toolchain_log = job.work / "toolchain.log"  # the compiler-run log, out of the artifacts
     os.replace(job.landing / accel.LOG_EXPORT, job.toolchain_log)
     os.replace(job.landing / accel.CCACHE_EXPORT, job.work / "ccache.log")
-    placed = job.landing / accel.FARM_EXPORT
-    if placed.is_file():  # where the farm's compiles ran (said when this build used a farm)
-        text = placed.read_text(errors="replace")
-        placed.unlink()
-        if job.farm_secret:
-            job.farm = farm_module.Placement.parse(text)
-            for line in job.farm.lines():
-                job.say(line)
+    _farm_placement(job)
     if toolchain.drivers:  # and what use-native-drivers did
         exported = job.landing / accel.DRIVERS_EXPORT
         job.drivers = accel.DriverReport.parse(exported.read_text(errors="replace"))
@@ -171,6 +182,18 @@ def build_artifacts(job: JobState) -> None:
         for line in job.drivers.lines():
             job.say(line)
     job.hybrid, job.emulated_starters = _hybrid_counts(job, job.toolchain_log)
+
+
+def _farm_placement(job: JobState) -> None:
+    """Where the farm's compiles ran, out of the artifacts (said when this build used a farm)."""
+    placed = job.landing / accel.FARM_EXPORT
+    if placed.is_file():
+        text = placed.read_text(errors="replace")
+        placed.unlink()
+        if job.farm_secret:
+            job.farm = farm_module.Placement.parse(text)
+            for line in job.farm.lines():
+                job.say(line)
 
 
 def verify(job: JobState) -> None:

@@ -167,8 +167,10 @@ class JobState:
         the shared compiler cache on loopback (compile_network) or an index there."""
         toolchain = self.request.toolchain
         host = (
-            toolchain is not None and bool(toolchain.compile_network)
-        ) or self.request.fetch_network
+            (toolchain is not None and bool(toolchain.compile_network))
+            or self.request.fetch_network
+            or bool(self.request.farm_network)  # a native build's farm on loopback
+        )
         return ("network.host",) if host else ()
 
     @property

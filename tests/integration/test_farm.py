@@ -1,6 +1,6 @@
 """Compile farms: two distccd servers started by `dockerarch farm serve` on their own loopback
-addresses (127.0.0.2 and 127.0.0.3, free ports), and hybrid builds of a many-file C extension
-for armv7 and aarch64 sent through them. Compiles land on both servers (their own logs), the
+addresses (127.0.0.2 and 127.0.0.3, free ports), and builds of a many-file C extension sent
+through them: hybrid for armv7 and aarch64, native for amd64. Compiles land on both servers (their own logs), the
 artifacts are those of a local build, a server killed mid-build is reported and its work done
 again, a server without the build's toolchain is refused, and no traffic leaves loopback."""
 
@@ -22,7 +22,10 @@ import pytest
 from .conftest import dockerarch
 from .shapes import elf_shape
 
-ARCHES = {"debian-armv7": "arm-linux-gnueabihf", "debian-aarch64": "aarch64-linux-gnu"}
+# the hybrid builds' targets, and a native one (its own build stage's gcc through the farm)
+ARCHES = {"debian-armv7": "arm-linux-gnueabihf", "debian-aarch64": "aarch64-linux-gnu",
+          "debian-amd64": "x86_64-linux-gnu"}  # fmt: skip
+BUILD_ARCHES = "armv7,aarch64,amd64"
 PARTS = 36
 
 
@@ -73,7 +76,7 @@ PyMODINIT_FUNC PyInit_farmmod(void) {{ return PyModule_Create(&mod); }}
     return root
 
 
-def serve(address: str, arch: str = "armv7,aarch64") -> subprocess.CompletedProcess[str]:
+def serve(address: str, arch: str = BUILD_ARCHES) -> subprocess.CompletedProcess[str]:
     return dockerarch("farm", "serve", "--arch", arch, "--listen", address,
                       "--allow", "127.0.0.0/8", timeout=1800)  # fmt: skip
 
@@ -123,7 +126,7 @@ def farm_build(servers: list[str], tmp_path_factory: pytest.TempPathFactory
     project = write_project(root / "project", salt=random.randrange(1 << 30))
     before = {a: server_log(a) for a in servers}
     out = root / "dist"
-    done = dockerarch("build", "wheel", "--package", str(project), "--arch", "armv7,aarch64",
+    done = dockerarch("build", "wheel", "--package", str(project), "--arch", BUILD_ARCHES,
                       "--out", str(out), "--farm", ",".join(servers), timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     grown = {a: server_log(a)[len(before[a]) :] for a in servers}
@@ -173,7 +176,7 @@ def test_the_artifacts_are_those_of_a_local_build(
 ) -> None:
     project, out, _, _ = farm_build
     local = tmp_path / "local"
-    done = dockerarch("build", "wheel", "--package", str(project), "--arch", "armv7,aarch64",
+    done = dockerarch("build", "wheel", "--package", str(project), "--arch", BUILD_ARCHES,
                       "--out", str(local), "--no-farm", "--no-ccache", timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     for target in ARCHES:

@@ -3,6 +3,7 @@ the probe's verdicts, where compiles ran, the server image and the farm: section
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,11 +183,22 @@ def test_slots_cannot_take_jobs_past_what_the_recipe_allows() -> None:
     assert "--set MAX_JOBS=N" in err.value.fix
 
 
-def test_an_x86_64_target_is_refused_before_the_engine_is_asked(tmp_path: Path) -> None:
-    # there is no cross compiler for amd64: found before any image or package name is tried
+def test_a_native_target_is_served_its_own_suite_s_gcc_beside_the_cross_compilers() -> None:
+    # an amd64 target's native builds send compiles too (native-farm): the server installs that
+    # suite's gcc and g++, and names them by the digest toolchain-id takes of the native packages
+    targets = load_targets()
+    image = farm.server_image([targets["debian-armv7"], targets["debian-amd64"]],
+                              targets["debian-amd64"])  # fmt: skip
+    assert "gcc-12-arm-linux-gnueabihf" in image.dockerfile
+    assert re.search(r"\n +gcc-12 \\\n +g\+\+-12 \\\n", image.dockerfile), image.dockerfile
+    assert "toolchain-id x86_64-linux-gnu amd64" in image.dockerfile
+    assert "/usr/bin/x86_64-linux-gnu-$tool-12" in image.dockerfile
+
+
+def test_targets_of_two_suites_are_refused_before_the_engine_is_asked(tmp_path: Path) -> None:
     targets = load_targets()
     with pytest.raises(UsageError) as err:
-        farm.serve([targets["debian-armv7"], targets["debian-amd64"]], FarmServer("127.0.0.2"),
+        farm.serve([targets["debian-armv7"], targets["trixie-amd64"]], FarmServer("127.0.0.2"),
                    allow=["127.0.0.0/8"], jobs=1, work=tmp_path, say=lambda _l: None)  # fmt: skip
-    assert "debian-amd64 is x86-64 like the farm" in err.value.problem
-    assert "--arch armv7,aarch64" in err.value.fix
+    assert "different Debian suites (debian-amd64, trixie-amd64)" in err.value.problem
+    assert "one farm server per suite" in err.value.fix

@@ -110,3 +110,57 @@ def test_the_usable_servers_raise_the_jobs_and_the_dockerfile_is_rendered_again(
     chosen, _ = job(tmp_path / "set", probe(0, 0), chosen=True)  # --set MAX_JOBS=N
     buildsteps.use_farm(chosen)
     assert chosen.request.options["MAX_JOBS"] == "2"
+
+
+def native_job(tmp_path: Path, probe: tuple[int, str]) -> tuple[buildsteps.JobState, list[str]]:
+    """Glow's amd64 build: native, no hybrid toolchain, with the farm's two servers."""
+    (request,) = plan("glow", arch="amd64", target=None, version=None, package=None, settings={})
+    route = builders.Route(builder=builders.LOCAL, context=None, endpoint="unix:///x",
+                           accel="native")  # fmt: skip
+    said: list[str] = []
+    state = buildsteps.JobState(
+        request=request, route=route, decision=Decision(accel="native"),
+        options=buildsteps.BuildOptions(out=tmp_path, farm=SERVERS), engine=FakeEngine(probe),
+        work=tmp_path, log=io.StringIO(), say=said.append, step=lambda _s: None,
+        count=lambda *_a: None,
+    )  # fmt: skip
+    buildsteps.prepare_context(state)
+    return state, said
+
+
+def test_a_native_build_is_probed_from_its_build_tools_and_compiles_through_the_farm(
+    tmp_path: Path,
+) -> None:
+    state, said = native_job(tmp_path, probe(0, 0))
+    before = (state.context / "Dockerfile").read_text()
+    assert "native-farm" not in before and "dockerarch-farm" not in before  # no --farm: as ever
+    buildsteps.use_farm(state)
+    engine = state.engine
+    assert isinstance(engine, FakeEngine)
+    assert engine.built == ["build-tools"] and engine.probed == [
+        ("dockerarch/build-tools:debian-amd64", None)
+    ]
+    dockerfile = (state.context / "Dockerfile").read_text()
+    # gcc and g++ become dockerarch-cc in the stage the probe ran in, then the build goes on
+    assert "AS build-tools" in dockerfile and "FROM build-tools AS build" in dockerfile
+    assert "native-farm x86_64-linux-gnu 12 amd64" in dockerfile
+    assert (state.context / "_dockerarch_toolchain" / "native-farm").is_file()
+    # Glow's compiling step gets the farm's hosts (a secret), and the compile log leaves with it
+    cmake = dockerfile.index("cmake -S")
+    compile_step = dockerfile[dockerfile.rindex("\nRUN ", 0, cmake) : cmake]
+    assert "--mount=type=secret,id=dockerarch-farm" in compile_step
+    assert "--network=host" not in dockerfile  # 10.0.0.x: no server on loopback
+    assert "AS toolchain-log" in dockerfile
+    cores = os.cpu_count() or 2
+    assert state.request.options["MAX_JOBS"] == str(cores + 8 + 4)
+    assert f"-j {cores + 12} --target model-compiler" in dockerfile
+    assert state.farm_secret and any("and this machine take the compiles" in s for s in said)
+
+
+def test_a_native_build_no_server_takes_is_the_build_without_the_farm(tmp_path: Path) -> None:
+    state, said = native_job(tmp_path, probe(110, 1))
+    before = (state.context / "Dockerfile").read_text()
+    buildsteps.use_farm(state)
+    assert any("no farm server can take this build's compiles" in s for s in said)
+    assert (state.context / "Dockerfile").read_text() == before
+    assert not state.request.native_farm and state.farm_secret is None
