@@ -9,7 +9,9 @@ runs distcc inside the emulated stage, natively, behind ccache (dockerarch-distc
 compilers by those names: a server whose compilers are other files (a patch level apart) has no
 such name and cannot take a compile, which distcc's whitelist would otherwise let through.
 Before the build, each server compiles a probe with this build's own toolchain stage as the
-client; one that does not answer or has another toolchain is left out, and said.
+client; one that does not answer or has another toolchain is left out, and said. A native
+(amd64) build does the same from its build stage, whose gcc and g++ become the same driver
+(data/toolchain/native-farm); a server serves it the suite's native gcc and g++.
 
 distcc is the engine: its client preprocesses locally, ships the result over TCP, keeps a slot
 lock per server and backs off from a server that failed; dockerarch-distcc records where each
@@ -108,8 +110,8 @@ class ServerImage:
 
 
 def server_image(targets: Sequence[BoardTarget], toolchain_base: BoardTarget) -> ServerImage:
-    """The Dockerfile of a server for ``targets`` (their cross compilers and distcc on the
-    hybrid toolchain's amd64 base), tagged by its content."""
+    """The Dockerfile of a server for ``targets`` (their cross compilers, or an amd64 target's
+    native ones, and distcc on the hybrid toolchain's amd64 base), tagged by its content."""
     from dockerarch import render
 
     env = render.template_environment(tuple(paths.template_dirs()))  # the recipes' template path
@@ -392,7 +394,7 @@ def build_server_image(targets: Sequence[BoardTarget], work: Path,
     context.mkdir(parents=True)
     (context / "Dockerfile").write_text(image.dockerfile)
     accel.prepare_context(context)
-    say(f"building the farm server image {image.tag} (Debian's cross compilers and distcc)")
+    say(f"building the farm server image {image.tag} (Debian's compilers and distcc)")
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="server",
                             load_tag=image.tag)  # fmt: skip
     log: list[str] = []
