@@ -62,11 +62,17 @@
 #ifndef CCACHE /* -DCCACHE=... where the wrapper is tested outside an image */
 #define CCACHE "/usr/lib/dockerarch/libexec/ccache"
 #endif
+#ifndef DISTCC /* -DDISTCC=... -DFARM_HOSTS=... -DTOOLCHAIN_ID=...: the farm's side, tested */
 #define DISTCC "/usr/lib/dockerarch/libexec/distcc"
+#endif
 #define DISTCC_PREFIX "/usr/lib/dockerarch/bin/dockerarch-distcc"
 #define FARM_NAMES "/usr/lib/dockerarch/farm"
+#ifndef FARM_HOSTS
 #define FARM_HOSTS "/run/secrets/dockerarch-farm"
+#endif
+#ifndef TOOLCHAIN_ID
 #define TOOLCHAIN_ID "/usr/lib/dockerarch/toolchain-id"
+#endif
 #define CACHE_REMOTE "/run/secrets/dockerarch-ccache-remote"
 
 /* The cross tool a name stands for: "gcc", "g++", "cpp" or "gfortran". */
@@ -465,9 +471,16 @@ static int distribute(int argc, char **argv) {
                 snprintf(host, sizeof host, "%s", place);  /* the one before failed */
             }
             host_of(at + strlen("] exec on "), place, sizeof place);
-        } else if ((at = strstr(line, "failed to distribute ")) != NULL
-                   && (at = strstr(at, " to ")) != NULL) {
-            host_of(at + 4, host, sizeof host);
+        } else if ((at = strstr(line, "failed to distribute ")) != NULL) {
+            /* "failed to distribute SRC to HOST, running locally instead": the last " to " */
+            char *to = NULL;
+            for (char *next = at + strlen("failed to distribute "); (next = strstr(next, " to ")) != NULL;
+                 next += 4) {
+                to = next;
+            }
+            if (to != NULL) {
+                host_of(to + 4, host, sizeof host);
+            }
         }
         if (host[0] != '\0' && strcmp(host, "localhost") != 0 && strstr(failed, host) == NULL
             && strlen(failed) + strlen(host) + 2 < sizeof failed) {
@@ -484,6 +497,11 @@ static int distribute(int argc, char **argv) {
         fclose(f);
     }
     unlink(log);
+    if (code != 0) {
+        /* It failed here too: a compile error (a configure test's, say), which distcc retried
+         * locally to show; no server failed it. */
+        failed[0] = '\0';
+    }
     if (failed[0] != '\0') {
         fprintf(stderr, "dockerarch-distcc: farm server %s failed (%s): compiled on %s instead\n",
                 failed, reason[0] ? reason : "no reason given", place);
