@@ -1,4 +1,4 @@
-"""``dockerarch farm``: compile servers (distccd) that hybrid builds send their compiles to."""
+"""``dockerarch farm``: compile servers (distccd) that builds send their compiles to."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import typer
 from dockerarch.cli.options import Arch, Target
 
 app = typer.Typer(
-    help="Compile farm servers: distccd with hybrid builds' own cross compilers, on any x86-64 "
-    "machine with Docker; builds use them with --farm HOST[:PORT],..."
+    help="Compile farm servers: distccd with hybrid builds' own cross compilers (and amd64 "
+    "builds' native ones), on any x86-64 machine with Docker; builds use them with "
+    "--farm HOST[:PORT],..."
 )
 
 
@@ -50,8 +51,8 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Start a farm server for the targets' cross compilers on this machine (replacing one at
-    the same address)."""
+    """Start a farm server for the targets' compilers on this machine (cross compilers for ARM
+    targets, the suite's gcc for amd64), replacing one at the same address."""
     from dockerarch import farm
     from dockerarch.config import parse_farm_server
     from dockerarch.targets import load_targets, select_targets
