@@ -23,7 +23,7 @@ NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 # these into the image; native-wheels runs there). The context's other scripts (apt-install,
 # pip-install, the libraries check, ...) are bound by the build's own stages each time: editing
 # one of them makes no new toolchain image.
-TOOLCHAIN_FILES = ("collect-toolchain", "toolchain-id", "dockerarch-cc.c", "use-native-drivers",
+TOOLCHAIN_FILES = ("collect-toolchain", "farm-client", "toolchain-id", "dockerarch-cc.c", "use-native-drivers",
                    "dockerarch_native_python.py", "dockerarch_native_backend.py",
                    "native-wheels", "collect-python32")  # fmt: skip
 # A stage NATIVE_STAGES are made from too, when the Dockerfile has it (32-bit targets).

@@ -262,12 +262,16 @@ def test_the_key_follows_what_the_native_stages_are_made_from(tmp_path: Path) ->
 
 
 def test_the_key_s_files_are_what_the_native_stages_read() -> None:
-    """Every file collect-toolchain takes from beside itself (``$here/NAME``) is in the key, and
-    every file of the key is in the context (the stages also run native-wheels and, for 32-bit
-    targets, collect-python32)."""
-    collect = (paths.data_path("toolchain") / "collect-toolchain").read_text()
-    read = set(re.findall(r"\$here/([\w.-]+)", collect)) | {"collect-toolchain", "native-wheels",
-                                                              "collect-python32"}  # fmt: skip
+    """Every file collect-toolchain takes from beside itself (``$here/NAME``), and those take in
+    turn (farm-client), is in the key, and every file of the key is in the context (the stages
+    also run native-wheels and, for 32-bit targets, collect-python32)."""
+    read = {"collect-toolchain", "native-wheels", "collect-python32"}
+    todo = ["collect-toolchain"]
+    while todo:
+        script = (paths.data_path("toolchain") / todo.pop()).read_text()
+        found = set(re.findall(r"\$here/([\w.-]+)", script)) - read
+        read |= found
+        todo += [f for f in found if not f.endswith((".c", ".py"))]  # the scripts among them
     assert read == set(accel.TOOLCHAIN_FILES)
     assert all((paths.data_path("toolchain") / f).is_file() for f in accel.TOOLCHAIN_FILES)
 
