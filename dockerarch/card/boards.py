@@ -21,7 +21,8 @@ FIELDS = ("description", "targets", "boot", "kernel", "device_tree", "initramfs_
           "console", "user", "qemu", "vendor_files", "boot_mount")  # fmt: skip
 OPTIONAL = ("qemu", "kernel", "device_tree", "initramfs_modules", "vendor_files", "boot_mount")
 QEMU_FIELDS = ("system", "machine", "memory", "console", "serial_port", "device_tree",
-               "append")  # fmt: skip
+               "append", "cpu", "smp", "disk")  # fmt: skip
+DISKS = ("sd", "virtio")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MODULE = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONSOLE = re.compile(r"^tty[A-Za-z]+[0-9]+(,[0-9]+)?$")
@@ -38,6 +39,15 @@ class Qemu:
     serial_port: int = 0  # which of the machine's UARTs the console is
     device_tree: str | None = None  # another device tree than the board's (raspi2b for armv7)
     append: str = ""  # kernel parameters the emulated machine needs besides the card's own
+    cpu: str = ""  # -cpu (QEMU's generic virt machine has none of its own)
+    smp: int = 1  # -smp, for a machine whose CPU count is not fixed
+    disk: str = "sd"  # how the card is attached: sd (the board's SD host) or virtio
+
+    @property
+    def board_device_tree(self) -> bool:
+        """Whether the kernel is given the board's device tree: QEMU's virt machine makes its
+        own, from the devices it has."""
+        return self.machine != "virt"
 
 
 @dataclass(frozen=True)
@@ -149,12 +159,16 @@ def _build(name: str, body: Mapping[str, Any], source: str) -> Board:
     ).items():
         entry = require_mapping(raw, f"boards.{name}.qemu.{arch}", Path(source))
         reject_unknown(entry, QEMU_FIELDS, f"boards.{name}.qemu.{arch}", Path(source))
+        if str(entry.get("disk", "sd")) not in DISKS:
+            raise ConfigError(f"{where}: qemu.{arch}.disk is {entry['disk']!r}",
+                              fix=f"Give one of: {', '.join(DISKS)}.")  # fmt: skip
         qemu[str(arch)] = Qemu(
             system=str(entry.get("system", "")), machine=str(entry.get("machine", "")),
             memory=str(entry.get("memory", "1G")), console=str(entry.get("console", "")),
             serial_port=int(entry.get("serial_port", 0)),
             device_tree=str(entry["device_tree"]) if entry.get("device_tree") else None,
-            append=str(entry.get("append") or ""),
+            append=str(entry.get("append") or ""), cpu=str(entry.get("cpu") or ""),
+            smp=int(entry.get("smp", 1)), disk=str(entry.get("disk", "sd")),
         )  # fmt: skip
     return Board(
         name=name, description=str(body["description"]),

@@ -14,7 +14,8 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,14 @@ SILENT = 180.0
 # faults come early (60-75 s into an armv7 boot) and, right after BuildKit dropped gigabytes of
 # card records, two armv7 boots in a row were broken (session 42).
 ATTEMPTS = 3
+# QEMU's generic machine, for any card whose kernel runs on it (Debian's arm64 and armmp do; the
+# card's initramfs loads virtio_pci and virtio_blk): 2 CPUs, a virtio disk, room for a builder.
+VIRT = {
+    "aarch64": Qemu(system="qemu-system-aarch64", machine="virt", memory="2G", console="ttyAMA0",
+                    cpu="cortex-a72", smp=2, disk="virtio"),
+    "armv7": Qemu(system="qemu-system-arm", machine="virt", memory="1G", console="ttyAMA0",
+                  cpu="cortex-a15", smp=2, disk="virtio"),
+}  # fmt: skip
 
 
 class BootError(DockerarchError):
@@ -103,9 +112,10 @@ def read_boot_file(card: Path, manifest: dict[str, Any], name: str, dest: Path) 
 
 
 def boot_files(card: Path, manifest: dict[str, Any], qemu: Qemu, board: Board,
-               work: Path) -> tuple[Path, Path, Path, str]:  # fmt: skip
+               work: Path) -> tuple[Path, Path | None, Path, str]:  # fmt: skip
     """(kernel, device tree, initramfs, kernel command line) as the card's firmware would take
-    them: config.txt's kernel= and initramfs lines, cmdline.txt."""
+    them: config.txt's kernel= and initramfs lines, cmdline.txt. No device tree for QEMU's virt
+    machine, which makes its own."""
     config = read_boot_file(card, manifest, "config.txt", work / "config.txt").read_text()
     kernel = re.search(r"^kernel=(\S+)", config, re.M)
     initramfs = re.search(r"^initramfs (\S+)", config, re.M)
@@ -116,8 +126,9 @@ def boot_files(card: Path, manifest: dict[str, Any], qemu: Qemu, board: Board,
     )
     cmdline = " ".join(w for w in cmdline.split() if not w.startswith("console="))
     cmdline += f" console={qemu.console},115200" + (f" {qemu.append}" if qemu.append else "")
-    return (read_boot_file(card, manifest, kernel.group(1), work / "kernel"),
-            read_boot_file(card, manifest, qemu.device_tree or board.device_tree, work / "board.dtb"),
+    dtb = (read_boot_file(card, manifest, qemu.device_tree or board.device_tree, work / "board.dtb")
+           if qemu.board_device_tree else None)  # fmt: skip
+    return (read_boot_file(card, manifest, kernel.group(1), work / "kernel"), dtb,
             read_boot_file(card, manifest, initramfs.group(1), work / "initrd"), cmdline)  # fmt: skip
 
 
@@ -142,13 +153,55 @@ def card_size(image_size: int) -> int:
     return size
 
 
+@dataclass(frozen=True)
+class Network:
+    """The emulated board's one network card, on QEMU's user network with nothing routed out
+    (restrict=on: no packet of the board reaches the host or beyond) but what is named here:
+    ``forward`` host loopback port -> the board's port (ssh), ``reach`` port -> host loopback
+    port, which the board connects to at GUEST_HOST:port (a registry, an index)."""
+
+    forward: Mapping[int, int] = field(default_factory=dict)
+    reach: Mapping[int, int] = field(default_factory=dict)
+
+
+GUEST_HOST = "10.0.2.100"  # where a board on Network reaches the host's forwarded ports
+
+
+def qemu_argv(qemu: Qemu, *, kernel: Path, dtb: Path | None, initrd: Path, cmdline: str,
+              disk: Path, network: Network | None = None) -> list[str]:  # fmt: skip
+    """The emulated board's command line: the card as its SD card (or a virtio disk on the virt
+    machine), the console on stdio, no network card unless ``network`` (then one virtio NIC;
+    romfile= : no PXE ROM, which Debian ships apart, in ipxe-qemu)."""
+    argv = [qemu.system, "-M", qemu.machine, "-m", qemu.memory, "-kernel", str(kernel),
+            "-initrd", str(initrd), "-append", cmdline]  # fmt: skip
+    if qemu.cpu:
+        argv += ["-cpu", qemu.cpu]
+    if qemu.smp > 1:
+        argv += ["-smp", str(qemu.smp)]
+    if dtb is not None:
+        argv += ["-dtb", str(dtb)]
+    argv += ["-drive", f"if={qemu.disk},format=qcow2,file={disk}"]
+    if network is None:
+        argv += ["-nic", "none"]
+    else:
+        netdev = "user,id=net0,restrict=on"
+        netdev += "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in network.forward.items())
+        netdev += "".join(f",guestfwd=tcp:{GUEST_HOST}:{g}-cmd:nc 127.0.0.1 {h}"
+                          for g, h in network.reach.items())  # fmt: skip
+        argv += ["-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="]
+    return [*argv, "-display", "none", "-monitor", "none",
+            *["-serial", "null"] * qemu.serial_port, "-serial", "stdio", "-no-reboot"]  # fmt: skip
+
+
 def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
-         commands: Sequence[str], work: Path, say: Say, timeout: float = 900) -> Booted:  # fmt: skip
+         commands: Sequence[str], work: Path, say: Say, timeout: float = 900,
+         qemu: Qemu | None = None, network: Network | None = None) -> Booted:  # fmt: skip
     """Boot ``card`` (its manifest beside it), log in on the serial console as ``user``, run
     each command (its output kept), power off. A boot the emulator broke (EMULATOR_FAULT) is
-    tried again from a fresh overlay (ATTEMPTS boots in all), and said (``emulator_faults``)."""
+    tried again from a fresh overlay (ATTEMPTS boots in all), and said (``emulator_faults``).
+    ``qemu``: another machine than the board's own for ``arch`` (VIRT's)."""
     manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
-    qemu = board.qemu.get(arch)
+    qemu = qemu or board.qemu.get(arch)
     if qemu is None:
         raise UsageError(f"No emulated machine is known for a {board.name} card of {arch}",
                          fix="Add one under qemu: in the board's entry.")  # fmt: skip
@@ -156,10 +209,8 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
         raise UsageError(f"{qemu.system} is not installed", fix="Run scripts/setup-host.")
     kernel, dtb, initrd, cmdline = boot_files(card, manifest, qemu, board, work)
     sd = overlay(card, work, card_size(card.stat().st_size))
-    argv = [qemu.system, "-M", qemu.machine, "-m", qemu.memory, "-kernel", str(kernel),
-            "-dtb", str(dtb), "-initrd", str(initrd), "-append", cmdline,
-            "-drive", f"if=sd,format=qcow2,file={sd}", "-display", "none", "-monitor", "none",
-            *["-serial", "null"] * qemu.serial_port, "-serial", "stdio", "-no-reboot"]  # fmt: skip
+    argv = qemu_argv(qemu, kernel=kernel, dtb=dtb, initrd=initrd, cmdline=cmdline, disk=sd,
+                     network=network)  # fmt: skip
     faults: list[str] = []
     while True:
         say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
@@ -181,53 +232,111 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
 def _boot_once(argv: list[str], *, user: str, password: str, commands: Sequence[str], work: Path,
                say: Say, timeout: float) -> Booted:  # fmt: skip
     """One boot of the emulated board: login, commands, power off (boot's docstring)."""
-    import pexpect
-
-    log = ConsoleLog(work / "console.log")
-    started = time.monotonic()
-    child = pexpect.spawn(argv[0], argv[1:], encoding="utf-8", codec_errors="replace",
-                          timeout=timeout, dimensions=(50, 200))  # fmt: skip
-    child.logfile_read = log
-
-    def wait(pattern: str | list[str], what: str, silent: float | None = SILENT) -> int:
-        return expect(child, log, pattern, what, timeout, silent=silent)
-
-    booted = Booted()
+    session = Session(argv, work, timeout)
     try:
+        session.login(user, password, say)
+        for command in commands:
+            session.booted.outputs[command] = session.run(command)
+        session.poweroff(say)
+    finally:
+        session.close()
+    return session.booted
+
+
+class Session:
+    """One emulated board on its serial console, driven as a person would."""
+
+    def __init__(self, argv: list[str], work: Path, timeout: float) -> None:
+        import pexpect
+
+        self.work, self.timeout = work, timeout
+        self.log = ConsoleLog(work / "console.log")
+        self.started = time.monotonic()
+        self.child = pexpect.spawn(argv[0], argv[1:], encoding="utf-8", codec_errors="replace",
+                                   timeout=timeout, dimensions=(50, 200))  # fmt: skip
+        self.child.logfile_read = self.log
+        self.booted = Booted()
+
+    def wait(self, pattern: str | list[str], what: str, silent: float | None = SILENT) -> int:
+        return expect(self.child, self.log, pattern, what, self.timeout, silent=silent)
+
+    def login(self, user: str, password: str, say: Say) -> None:
+        import pexpect
+
         # systemd's emergency mode never shows a login prompt: said at once, not after timeout
-        if wait([r"login: ", EMERGENCY], "the login prompt on the serial console"):
-            child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=5)  # what it printed next
+        if self.wait([r"login: ", EMERGENCY], "the login prompt on the serial console"):
+            self.child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=5)  # what it printed next
             failed = re.findall(r"Dependency failed for .*|Timed out waiting for .*",
-                                ESCAPES.sub("", (work / "console.log").read_text(errors="replace")))  # fmt: skip
+                                ESCAPES.sub("", (self.work / "console.log").read_text(errors="replace")))  # fmt: skip
             raise BootError("The card's system went into emergency mode"
                             + (f": {'; '.join(f.strip() for f in failed[:3])}" if failed else ""))  # fmt: skip
-        booted.seconds_to_login = time.monotonic() - started
-        say(f"login prompt after {booted.seconds_to_login:.0f} s")
-        child.sendline(user)
-        wait(r"Password: ", "the password prompt")
-        child.sendline(password)
-        wait(r"\$ ", "a shell after logging in")
+        self.booted.seconds_to_login = time.monotonic() - self.started
+        say(f"login prompt after {self.booted.seconds_to_login:.0f} s")
+        self.child.sendline(user)
+        self.wait(r"Password: ", "the password prompt")
+        self.child.sendline(password)
+        self.wait(r"\$ ", "a shell after logging in")
         # its echo is not the prompt; systemctl and others page on a terminal (more waits)
-        child.sendline("export SYSTEMD_PAGER=cat PAGER=cat; PS1='dockerarch''-prompt# '")
-        wait(re.escape(PROMPT), "the shell's new prompt")
-        for command in commands:
-            child.sendline(f"{command}; echo dockerarch-status=$?")
-            # a command may work quietly for minutes under TCG: only the timeout ends it
-            wait(r"dockerarch-status=(\d+)\r*\n", f"the end of `{command}`", silent=None)
-            text = command_output(child.before or "")
-            booted.outputs[command] = text.strip()
-            if child.match.group(1) != "0":
-                raise BootError(f"`{command}` failed on the booted card: {text.strip()[-800:]}")
-            wait(re.escape(PROMPT), "the prompt")
-        child.sendline("sudo poweroff")
-        wait(HALTED.pattern, "the kernel powering off")
-        booted.seconds_to_poweroff = time.monotonic() - started
-        say(f"powered off after {booted.seconds_to_poweroff:.0f} s")
+        self.child.sendline("export SYSTEMD_PAGER=cat PAGER=cat; PS1='dockerarch''-prompt# '")
+        self.wait(re.escape(PROMPT), "the shell's new prompt")
+
+    def run(self, command: str) -> str:
+        """What ``command`` printed; a BootError when it fails."""
+        self.child.sendline(f"{command}; echo dockerarch-status=$?")
+        # a command may work quietly for minutes under TCG: only the timeout ends it
+        self.wait(r"dockerarch-status=(\d+)\r*\n", f"the end of `{command}`", silent=None)
+        text = command_output(self.child.before or "").strip()
+        if self.child.match.group(1) != "0":
+            raise BootError(f"`{command}` failed on the booted card: {text[-800:]}")
+        self.wait(re.escape(PROMPT), "the prompt")
+        return text
+
+    def poweroff(self, say: Say) -> None:
+        self.child.sendline("sudo poweroff")
+        self.wait(HALTED.pattern, "the kernel powering off")
+        self.booted.seconds_to_poweroff = time.monotonic() - self.started
+        say(f"powered off after {self.booted.seconds_to_poweroff:.0f} s")
+
+    def close(self) -> None:
+        self.child.terminate(force=True)
+        self.log.close()
+        self.booted.console = (self.work / "console.log").read_text(errors="replace")
+
+
+@contextmanager
+def running(card: Path, board: Board, arch: str, *, user: str, password: str, work: Path,
+            say: Say, qemu: Qemu, network: Network | None = None,
+            timeout: float = 900) -> Iterator[Session]:  # fmt: skip
+    """``card`` booted and logged in on its console (a boot the emulator broke tried again, as
+    boot() does), left running for the caller, powered off at the end."""
+    manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
+    kernel, dtb, initrd, cmdline = boot_files(card, manifest, qemu, board, work)
+    faults = 0
+    while True:
+        sd = overlay(card, work, card_size(card.stat().st_size))
+        argv = qemu_argv(qemu, kernel=kernel, dtb=dtb, initrd=initrd, cmdline=cmdline, disk=sd,
+                         network=network)  # fmt: skip
+        say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
+        session = Session(argv, work, timeout)
+        try:
+            session.login(user, password, say)
+        except EmulatorFault as fault:
+            session.close()
+            faults += 1
+            if faults == ATTEMPTS:
+                raise
+            (work / "console.log").rename(work / f"console-{faults}.log")
+            say(f"{fault.problem}: booting the card again from a fresh overlay")
+            continue
+        except BaseException:
+            session.close()
+            raise
+        break
+    try:
+        yield session
+        session.poweroff(say)
     finally:
-        child.terminate(force=True)
-        log.close()
-        booted.console = (work / "console.log").read_text(errors="replace")
-    return booted
+        session.close()
 
 
 def command_output(before: str) -> str:

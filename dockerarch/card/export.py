@@ -45,6 +45,9 @@ SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "in
                    "zstd", "e2fsprogs", "fdisk", "openssh-server", "sudo", "iproute2",
                    "systemd-resolved", "systemd-timesyncd")  # fmt: skip
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
+# What --with adds to a card, from the target's own archive. docker: Debian's engine, started at
+# boot, the card's user in its group: the board is a builder node (dockerarch builder add).
+EXTRAS = {"docker": ("docker.io",)}
 CARD_FILES = (
     "system",
     "boot",
@@ -84,6 +87,11 @@ class CardRequest:
     compress: str | None = None
     force: bool = False
     boot_from: Path | None = None  # the vendor's SD-card image (boot: vendor)
+    extras: tuple[str, ...] = ()  # --with: EXTRAS' names
+
+    @property
+    def extra_packages(self) -> list[str]:
+        return [p for name in sorted(set(self.extras)) for p in EXTRAS[name]]
 
     @property
     def kind(self) -> str:
@@ -106,6 +114,10 @@ class CardRequest:
             raise UsageError(f"{self.out} does not end in .img",
                              fix="Name the card's image file like pi.img (with --compress, "
                              "pi.img.xz is written).")  # fmt: skip
+        unknown = sorted(set(self.extras) - set(EXTRAS))
+        if unknown:
+            raise UsageError(f"--with {', '.join(unknown)}: not something a card can be made with",
+                             fix=f"Give one of: {', '.join(EXTRAS)}.")  # fmt: skip
         self.board.check_target(self.target)
         _ = self.kind  # a user error when no boot source is known
 
@@ -208,7 +220,7 @@ def inputs(request: CardRequest, image_id: str) -> dict[str, object]:
         "hostname": request.hostname, "user": request.user,
         "ssh_keys_sha256": hashlib.sha256(request.ssh_keys.encode()).hexdigest(),
         "password": request.password_file is not None,
-        "size_mib": request.size_mib,
+        "size_mib": request.size_mib, "with": sorted(set(request.extras)),
     }  # fmt: skip
 
 
@@ -236,7 +248,8 @@ def render(request: CardRequest, ids: layout.Identities, epoch: int,
     return env.get_template("card.Dockerfile.j2").render(
         board=board, target=request.target, image=request.image, ids=ids,
         component="non-free-firmware" if raspi else "-",
-        system_packages=list(SYSTEM_PACKAGES),
+        system_packages=list(SYSTEM_PACKAGES), extras=sorted(set(request.extras)),
+        extra_packages=request.extra_packages,
         boot_packages=[board.kernel[request.target.arch.name], "raspi-firmware"] if raspi else [],
         vendor_boot=vendor_boot is not None,
         vendor_boot_type=vendor_boot.boot_type if vendor_boot else "",

@@ -80,6 +80,15 @@ def export_img(
             ".img, .img.xz or .zip): its boot partition and kernel modules go on the card.",
         ),
     ] = None,
+    with_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--with",
+            help="Add to the card (repeatable, or comma-separated): docker (Debian's Docker "
+            "engine, started at boot, the user in its group: the board becomes a builder node for "
+            "`dockerarch builder add`).",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing output files.")] = False,
 ) -> None:
     """Turn a verified build (or --image) into an SD-card image a board boots: partitions, the
@@ -119,6 +128,7 @@ def export_img(
         size_mib=layout.parse_size(size) if size else 0, compress=compress, force=force,
         boot_from=Path(os.path.abspath(boot_from)) if boot_from else None,
         password_file=password_file,
+        extras=tuple(w.strip() for given in with_ or [] for w in given.split(",") if w.strip()),
     )  # fmt: skip
     request.check()
     export.check_outputs(request)

@@ -56,6 +56,7 @@ def test_a_size_that_is_not_one_or_too_small_is_a_user_error(text: str) -> None:
     ({"hostname": "Pi_1"}, "not a valid host name"),
     ({"user": "root"}, "not a user name a card can have"),
     ({"compress": "gzip"}, "--compress gzip is not known"),
+    ({"extras": ("docker", "podman")}, "--with podman: not something a card can be made with"),
     ({"target": TARGETS["pynq-zu"]}, "cannot be made with the pynq-zu userland"),
     ({"target": TARGETS["rpi3"]}, "needs the vendor's boot partition"),
     ({"board": boards.load_boards()["pynq-z1"], "target": TARGETS["debian-armv7"]},
@@ -173,6 +174,53 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
         system.strip()
         == vendor[vendor.index("FROM --platform") : vendor.index("# What the person")].strip()
     )
+
+
+def test_a_card_with_docker_adds_one_stage_above_the_kernel(tmp_path: Path) -> None:
+    """--with docker: Debian's engine from the target's archive, in a stage of its own on the
+    kernel's: a card without it and one with it share every stage below (the emulated apt and
+    mkinitramfs run once), the user joins the docker group its package makes, the manifest says."""
+    ids = layout.identities("cd" * 32)
+    plain = export.render(request(tmp_path), ids, 1700000000)
+    docker = export.render(request(tmp_path, extras=("docker", "docker")), ids, 1700000000)
+    assert "FROM boot AS extras" in docker and "FROM extras AS card" in docker
+    assert "sh /run/dockerarch/system docker.io\n" in docker and "docker.io" not in plain
+    below = plain.index("# What the person")
+    assert docker[: plain.index("raspi-firmware")] == plain[: plain.index("raspi-firmware")]
+    assert docker[docker.index("# What the person") :] == plain[below:].replace(
+        "FROM boot AS card", "FROM extras AS card"
+    )
+    assert export.inputs(request(tmp_path, extras=("docker",)), "sha256:1")["with"] == ["docker"]
+    assert export.inputs(request(tmp_path), "sha256:1")["with"] == []
+    customise = (Path(export.__file__).parent.parent / "data" / "card" / "customise").read_text()
+    assert "spi \\\n    docker; do" in customise  # the group, only where the package made it
+
+
+def test_qemu_s_virt_machine_takes_a_virtio_card_and_only_the_network_named() -> None:
+    """The generic virt machine: its own device tree (none given), the card on virtio, 2 CPUs
+    of a named model; no network card unless asked, and then the board's packets reach nothing
+    but the forwarded ports (restrict=on)."""
+    from dockerarch.card import boot
+
+    files = {"kernel": Path("/w/kernel"), "initrd": Path("/w/initrd"), "cmdline": "root=x",
+             "disk": Path("/w/sd.qcow2")}  # fmt: skip
+    virt = boot.qemu_argv(boot.VIRT["aarch64"], dtb=None, **files)  # type: ignore[arg-type]
+    assert "-dtb" not in virt and virt[virt.index("-drive") + 1].startswith("if=virtio,")
+    assert virt[virt.index("-cpu") + 1] == "cortex-a72" and virt[virt.index("-smp") + 1] == "2"
+    assert virt[virt.index("-nic") + 1] == "none" and "-netdev" not in virt
+    net = boot.Network(forward={2222: 22}, reach={3141: 13141})
+    wired = boot.qemu_argv(boot.VIRT["aarch64"], dtb=None, network=net, **files)  # type: ignore[arg-type]
+    assert wired[wired.index("-netdev") + 1] == (
+        "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,"
+        "guestfwd=tcp:10.0.2.100:3141-cmd:nc 127.0.0.1 13141"
+    )
+    assert "virtio-net-pci,netdev=net0,romfile=" in wired and "-nic" not in wired
+    pi = boards.load_boards()["rpi3b"].qemu["aarch64"]
+    raspi = boot.qemu_argv(pi, dtb=Path("/w/board.dtb"), **files)  # type: ignore[arg-type]
+    assert raspi[raspi.index("-dtb") + 1] == "/w/board.dtb" and "-cpu" not in raspi
+    assert raspi[raspi.index("-drive") + 1].startswith("if=sd,")
+    assert raspi[-5:] == ["-serial", "null", "-serial", "stdio", "-no-reboot"]  # the mini UART
+    assert pi.board_device_tree and not boot.VIRT["armv7"].board_device_tree
 
 
 def test_a_command_s_output_on_the_console_is_what_it_printed() -> None:
