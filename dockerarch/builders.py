@@ -13,6 +13,7 @@ build (buildx#366, #2119: builds silently sent elsewhere), unless `--fallback-qe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dockerarch import engine
@@ -70,7 +71,9 @@ def nodes() -> list[Node]:
     return sorted(found, key=lambda n: n.name)
 
 
-def add(name: str, platforms: list[str], endpoint: str) -> Node:
+def add(name: str, platforms: list[str], endpoint: str, *, host_key: str | None = None,
+        say: Callable[[str], None] = lambda _: None) -> Node:  # fmt: skip
+    """Register the node; an ssh:// node's host key pinned first (hostkeys.pin)."""
     from python_on_whales.exceptions import DockerException
 
     if not _NAME.match(name) or name in (LOCAL, "default"):
@@ -97,6 +100,13 @@ def add(name: str, platforms: list[str], endpoint: str) -> Node:
         host = existing[endpoint][2]  # the node of an existing context
     elif _ENDPOINT.match(endpoint):
         host = endpoint
+        if host.startswith("ssh://"):
+            from dockerarch import hostkeys
+
+            say(hostkeys.pin(host, host_key))
+        elif host_key:
+            raise UsageError(f"--host-key is for ssh:// nodes, not {endpoint}",
+                             fix="Leave --host-key out.")  # fmt: skip
     else:
         raise UsageError(
             f"'{endpoint}' is neither ssh://USER@HOST, tcp://HOST:PORT, unix:///PATH nor the "

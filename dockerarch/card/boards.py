@@ -47,7 +47,7 @@ class Qemu:
     def board_device_tree(self) -> bool:
         """Whether the kernel is given the board's device tree: QEMU's virt machine makes its
         own, from the devices it has."""
-        return self.machine != "virt"
+        return self.machine.split(",")[0] != "virt"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ ESCAPES = re.compile(r"\x1b\[[0-9;?]*(?:[A-Za-z]|(?=…))")
 KERNEL_LINES = re.compile(r"^\[ *\d+\.\d{6}\] .*\n?", re.MULTILINE)
 HALTED = re.compile(r"reboot: (Power down|System halted)|System halted")
 EMERGENCY = r"You are in emergency mode"  # systemd gave up booting (a device, a mount)
+NO_ROOT = r"ALERT!  (.*) does not exist\.  Dropping to a shell"  # the initramfs found no root
 # The emulator, not the card: under TCG a vCPU can go unscheduled for 15-25 s (the kernel then
 # reports RCU stalls), longer than the 10 s software timer of the Pi's SD host driver
 # (drivers/mmc/host/bcm2835.c), which fires, and its DMA completion racing that timeout
@@ -53,7 +54,8 @@ ATTEMPTS = 3
 VIRT = {
     "aarch64": Qemu(system="qemu-system-aarch64", machine="virt", memory="2G", console="ttyAMA0",
                     cpu="cortex-a72", smp=2, disk="virtio"),
-    "armv7": Qemu(system="qemu-system-arm", machine="virt", memory="1G", console="ttyAMA0",
+    # highmem=off: Debian's armmp kernel (no LPAE) cannot reach the PCIe ECAM above 4 GiB
+    "armv7": Qemu(system="qemu-system-arm", machine="virt,highmem=off", memory="1G", console="ttyAMA0",
                   cpu="cortex-a15", smp=2, disk="virtio"),
 }  # fmt: skip
 
@@ -186,7 +188,7 @@ def qemu_argv(qemu: Qemu, *, kernel: Path, dtb: Path | None, initrd: Path, cmdli
     else:
         netdev = "user,id=net0,restrict=on"
         netdev += "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in network.forward.items())
-        netdev += "".join(f",guestfwd=tcp:{GUEST_HOST}:{g}-cmd:nc 127.0.0.1 {h}"
+        netdev += "".join(f",guestfwd=tcp:{GUEST_HOST}:{g}-cmd:socat - TCP:127.0.0.1:{h}"
                           for g, h in network.reach.items())  # fmt: skip
         argv += ["-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="]
     return [*argv, "-display", "none", "-monitor", "none",
@@ -264,7 +266,13 @@ class Session:
         import pexpect
 
         # systemd's emergency mode never shows a login prompt: said at once, not after timeout
-        if self.wait([r"login: ", EMERGENCY], "the login prompt on the serial console"):
+        seen = self.wait([r"login: ", EMERGENCY, NO_ROOT], "the login prompt on the serial console")
+        if seen == 2:
+            raise BootError(f"The card's initramfs did not find its root ({self.child.match.group(1)} "
+                            "does not exist): its kernel lacks the driver of the emulated machine's "
+                            "disk, or the card's partition table is not the one its command line "
+                            "names")  # fmt: skip
+        if seen:
             self.child.expect([pexpect.TIMEOUT, pexpect.EOF], timeout=5)  # what it printed next
             failed = re.findall(r"Dependency failed for .*|Timed out waiting for .*",
                                 ESCAPES.sub("", (self.work / "console.log").read_text(errors="replace")))  # fmt: skip

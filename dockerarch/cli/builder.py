@@ -22,12 +22,21 @@ def add(
         list[str],
         typer.Option("--platform", help="A platform it builds natively; repeatable or comma list."),
     ],
+    host_key: Annotated[
+        str | None,
+        typer.Option(
+            "--host-key",
+            help="ssh:// nodes: the fingerprint (SHA256:...) of the node's host key, read on the "
+            "node itself; pinned in your known_hosts. Not needed when ssh knows the node already.",
+        ),
+    ] = None,
 ) -> None:
     """Register a native node (a Docker engine on an ARM machine)."""
     from dockerarch import builders
+    from dockerarch.cli.output import say
 
     platforms = [p.strip() for item in platform for p in item.split(",") if p.strip()]
-    node = builders.add(name, platforms, endpoint)
+    node = builders.add(name, platforms, endpoint, host_key=host_key, say=say)
     why = builders.answers(node)
     typer.echo(f"added {node.name}: {', '.join(node.platforms)} at {node.endpoint}")
     if why:

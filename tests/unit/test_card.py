@@ -212,7 +212,7 @@ def test_qemu_s_virt_machine_takes_a_virtio_card_and_only_the_network_named() ->
     wired = boot.qemu_argv(boot.VIRT["aarch64"], dtb=None, network=net, **files)  # type: ignore[arg-type]
     assert wired[wired.index("-netdev") + 1] == (
         "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,"
-        "guestfwd=tcp:10.0.2.100:3141-cmd:nc 127.0.0.1 13141"
+        "guestfwd=tcp:10.0.2.100:3141-cmd:socat - TCP:127.0.0.1:13141"
     )
     assert "virtio-net-pci,netdev=net0,romfile=" in wired and "-nic" not in wired
     pi = boards.load_boards()["rpi3b"].qemu["aarch64"]

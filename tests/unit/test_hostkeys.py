@@ -1,0 +1,72 @@
+"""A builder node's ssh host key: pinned only when the user named it, refused when it changed."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from dockerarch import builders, hostkeys
+from dockerarch.errors import UsageError
+
+# two made-up ed25519 public key blobs (the key type string, then 32 bytes)
+ED_A = base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(range(32))).decode()
+ED_B = base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(range(1, 33))).decode()
+A = hostkeys.HostKey("ssh-ed25519", ED_A)
+B = hostkeys.HostKey("ssh-ed25519", ED_B)
+
+
+def test_a_fingerprint_is_openssh_s_sha256_form() -> None:
+    digest = hashlib.sha256(base64.b64decode(ED_A)).digest()
+    assert A.fingerprint == "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    assert "=" not in A.fingerprint and A.fingerprint != B.fingerprint
+
+
+def test_keyscan_and_known_hosts_lines_give_their_keys() -> None:
+    scanned = (
+        f"# 127.0.0.1:2222 SSH-2.0-OpenSSH_9.2p1 Debian-2\n[127.0.0.1]:2222 ssh-ed25519 {ED_A}\n"
+    )
+    assert hostkeys.parse_keys(scanned) == [A]
+    known = (
+        f"# Host [127.0.0.1]:2222 found: line 3\n|1|c2FsdA==|aGFzaA== ssh-ed25519 {ED_B}\n"
+        f"@revoked * ssh-ed25519 {ED_A}\nbroken ssh-rsa not-base64!\n"
+    )
+    assert hostkeys.parse_keys(known) == [B]
+
+
+def test_ssh_s_own_configuration_says_where_and_which_file(tmp_path: Path) -> None:
+    text = "user pi\nhostname 127.0.0.1\nport 2222\nuserknownhostsfile /h/.ssh/kh /h/.ssh/kh2\n"
+    place = hostkeys.parse_ssh_config(text)
+    assert (place.hostname, place.port, place.known_hosts) == ("127.0.0.1", 2222, Path("/h/.ssh/kh"))
+    assert place.name == "[127.0.0.1]:2222"
+    assert hostkeys.SshPlace("graviton.example.org", 22, tmp_path).name == "graviton.example.org"
+
+
+def test_an_unknown_key_is_pinned_only_when_the_user_named_it() -> None:
+    with pytest.raises(UsageError) as unnamed:
+        hostkeys.decide("[127.0.0.1]:2222", [A], [], None)
+    text = unnamed.value.problem + unnamed.value.fix
+    assert "does not trust a key on first use" in text and A.fingerprint in text
+    assert "--host-key" in text and "ssh host keys made" in text
+    assert hostkeys.decide("[127.0.0.1]:2222", [B, A], [], A.fingerprint) == A
+    with pytest.raises(UsageError, match="is not a key"):
+        hostkeys.decide("[127.0.0.1]:2222", [A], [], B.fingerprint)
+
+
+def test_a_known_key_is_kept_and_a_changed_one_refused() -> None:
+    assert hostkeys.decide("n", [A], [A], None) is None
+    assert hostkeys.decide("n", [A], [A], A.fingerprint) is None
+    with pytest.raises(UsageError) as changed:
+        hostkeys.decide("n", [B], [A], B.fingerprint)  # naming the new key does not override
+    assert "other than the one your known_hosts holds" in changed.value.problem
+    assert "ssh-keygen -R 'n'" in changed.value.fix
+
+
+def test_a_host_key_for_a_node_not_reached_over_ssh_is_a_user_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(builders, "_contexts", lambda: [])
+    with pytest.raises(UsageError, match="--host-key is for ssh:// nodes"):
+        builders.add("n1", ["linux/arm64"], "tcp://127.0.0.1:2375", host_key=A.fingerprint)
