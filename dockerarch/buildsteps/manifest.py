@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from dockerarch import (
-    __version__,
-)
+from dockerarch import __version__, builders
 from dockerarch.buildsteps.state import JobState
 
 
@@ -34,7 +32,11 @@ def write_manifest(job: JobState) -> None:
         # the target's packages its runtime image installed for the set's wheels it installs
         # with (their builds found them): on a board, they come with those wheels' needs_apt
         "runtime_needs": list(request.runtime_needs) or None,
-        "builder": {"name": job.route.builder, "endpoint": job.route.endpoint},
+        "builder": {
+            "name": job.route.builder,
+            "endpoint": job.route.endpoint,
+            "machine": builders.machine(job.route.context, request.target.arch.name),
+        },
         "accel": job.decision.accel,
         "hybrid": job.hybrid,
         "emulated_starters": job.emulated_starters,

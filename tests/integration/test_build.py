@@ -79,6 +79,9 @@ def test_demo_build_lands_verified_wheels(
     assert (data["recipe"], data["version"], data["target"], data["platform"]) == (
         "wheel", "0.23.0", target, platform)  # fmt: skip
     assert data["accel"] == "hybrid" and data["builder"]["name"] == "local"  # type: ignore[index]
+    # this machine's kernel: the target's own code (the smoke test, its Python) ran under binfmt
+    machine = data["builder"]["machine"]  # type: ignore[index]
+    assert machine["architecture"] == "x86_64" and machine["native"] is False
     hybrid = data["hybrid"]
     assert (
         hybrid["compiles"] >= 1 and hybrid["emulated"] == 0 and hybrid["native"] == hybrid["runs"]
@@ -506,7 +509,11 @@ def test_native_node_builds_its_platform(
     assert done.returncode == 0, done.stderr[-3000:]
     tmp_path = tmp_path / "dist"
     data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
-    assert data["builder"] == {"name": "testnode", "endpoint": endpoint}
+    builder = data["builder"]
+    assert (builder["name"], builder["endpoint"]) == ("testnode", endpoint)  # type: ignore[index]
+    # the stand-in's kernel is this machine's: what it built, it ran under binfmt, and says so
+    assert builder["machine"]["architecture"] == "x86_64"  # type: ignore[index]
+    assert builder["machine"]["native"] is False  # type: ignore[index]
     assert (
         data["accel"] == "native"
         and data["smoke"] == "imported tinyext tinyhelp"

@@ -39,7 +39,11 @@ def test_keyscan_and_known_hosts_lines_give_their_keys() -> None:
 def test_ssh_s_own_configuration_says_where_and_which_file(tmp_path: Path) -> None:
     text = "user pi\nhostname 127.0.0.1\nport 2222\nuserknownhostsfile /h/.ssh/kh /h/.ssh/kh2\n"
     place = hostkeys.parse_ssh_config(text)
-    assert (place.hostname, place.port, place.known_hosts) == ("127.0.0.1", 2222, Path("/h/.ssh/kh"))
+    assert (place.hostname, place.port, place.known_hosts) == (
+        "127.0.0.1",
+        2222,
+        Path("/h/.ssh/kh"),
+    )
     assert place.name == "[127.0.0.1]:2222"
     assert hostkeys.SshPlace("graviton.example.org", 22, tmp_path).name == "graviton.example.org"
 
