@@ -157,16 +157,13 @@ def card_size(image_size: int) -> int:
 
 @dataclass(frozen=True)
 class Network:
-    """The emulated board's one network card, on QEMU's user network with nothing routed out
-    (restrict=on: no packet of the board reaches the host or beyond) but what is named here:
-    ``forward`` host loopback port -> the board's port (ssh), ``reach`` port -> host loopback
-    port, which the board connects to at GUEST_HOST:port (a registry, an index)."""
+    """The emulated board's one network card, on QEMU's user network: ``forward`` host loopback
+    port -> the board's port (ssh). Nothing else crosses unless ``outside``: then the board
+    reaches what this machine reaches (the host's loopback at 10.0.2.2, the package
+    registries its builds fetch from), as a board on a LAN would."""
 
     forward: Mapping[int, int] = field(default_factory=dict)
-    reach: Mapping[int, int] = field(default_factory=dict)
-
-
-GUEST_HOST = "10.0.2.100"  # where a board on Network reaches the host's forwarded ports
+    outside: bool = False
 
 
 def qemu_argv(qemu: Qemu, *, kernel: Path, dtb: Path | None, initrd: Path, cmdline: str,
@@ -186,10 +183,8 @@ def qemu_argv(qemu: Qemu, *, kernel: Path, dtb: Path | None, initrd: Path, cmdli
     if network is None:
         argv += ["-nic", "none"]
     else:
-        netdev = "user,id=net0,restrict=on"
+        netdev = "user,id=net0" + ("" if network.outside else ",restrict=on")
         netdev += "".join(f",hostfwd=tcp:127.0.0.1:{h}-:{g}" for h, g in network.forward.items())
-        netdev += "".join(f",guestfwd=tcp:{GUEST_HOST}:{g}-cmd:socat - TCP:127.0.0.1:{h}"
-                          for g, h in network.reach.items())  # fmt: skip
         argv += ["-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile="]
     return [*argv, "-display", "none", "-monitor", "none",
             *["-serial", "null"] * qemu.serial_port, "-serial", "stdio", "-no-reboot"]  # fmt: skip

@@ -208,12 +208,13 @@ def test_qemu_s_virt_machine_takes_a_virtio_card_and_only_the_network_named() ->
     assert "-dtb" not in virt and virt[virt.index("-drive") + 1].startswith("if=virtio,")
     assert virt[virt.index("-cpu") + 1] == "cortex-a72" and virt[virt.index("-smp") + 1] == "2"
     assert virt[virt.index("-nic") + 1] == "none" and "-netdev" not in virt
-    net = boot.Network(forward={2222: 22}, reach={3141: 13141})
+    net = boot.Network(forward={2222: 22})
     wired = boot.qemu_argv(boot.VIRT["aarch64"], dtb=None, network=net, **files)  # type: ignore[arg-type]
     assert wired[wired.index("-netdev") + 1] == (
-        "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,"
-        "guestfwd=tcp:10.0.2.100:3141-cmd:socat - TCP:127.0.0.1:13141"
+        "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22"
     )
+    out = boot.qemu_argv(boot.VIRT["aarch64"], dtb=None, network=boot.Network({2222: 22}, outside=True), **files)  # type: ignore[arg-type]  # fmt: skip
+    assert out[out.index("-netdev") + 1] == "user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22"
     assert "virtio-net-pci,netdev=net0,romfile=" in wired and "-nic" not in wired
     pi = boards.load_boards()["rpi3b"].qemu["aarch64"]
     raspi = boot.qemu_argv(pi, dtb=Path("/w/board.dtb"), **files)  # type: ignore[arg-type]
