@@ -377,7 +377,7 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="out",
                             output_dir=output,
                             secrets=(f"id=ca-bundle,src={ca}",) if ca else ())  # fmt: skip
-    stage_re = re.compile(r"^#\d+ \[(system|boot|card|tools|assemble)[ \]]")
+    stage_re = re.compile(r"^#\d+ \[(system|boot|extras|card|tools|assemble)[ \]]")
     said: set[str] = set()
     text = []
     try:
@@ -392,6 +392,7 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
                         {
                             "system": "a system that boots: systemd, udev, ssh (apt, emulated)",
                             "boot": "the board's kernel and firmware (apt, emulated)",
+                            "extras": "what --with asked for (apt, emulated)",
                             "card": "host name, user, key and first-boot service",
                             "tools": "Debian's card tools (amd64)",
                             "assemble": "partitions written into the image file",
