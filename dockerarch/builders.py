@@ -20,6 +20,10 @@ from dockerarch import engine
 from dockerarch.errors import EngineError, UsageError
 
 MARKER = "dockerarch builder for "
+# The oldest engine whose built-in BuildKit takes named build contexts (buildx --build-context,
+# BuildKit 0.10: Docker 23.0), which every dockerarch build passes. Debian 12's docker.io (20.10,
+# BuildKit 0.8) refuses them: "unsupported frontend capability moby.buildkit.frontend.contexts".
+MIN_ENGINE = (23, 0)
 LOCAL = "local"
 NATIVE_PLATFORMS = ("linux/arm64", "linux/arm/v7")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -140,16 +144,46 @@ def remove(name: str) -> None:
 
 def answers(node: Node) -> str | None:
     """None when the node's engine answers, else why not."""
+    return probe(node)[0]
+
+
+def probe(node: Node) -> tuple[str | None, str]:
+    """(why the node's engine does not answer or None, its version)."""
     from python_on_whales.exceptions import DockerException
 
     why = engine.reachable(node.endpoint) if node.endpoint else None
     if why:
-        return why
+        return why, ""
     try:
         version = engine.client(node.name).version()
     except DockerException as exc:
-        return " ".join(str(exc.stderr or exc).split())[:200]
-    return None if version.server is not None else "no server version"
+        return " ".join(str(exc.stderr or exc).split())[:200], ""
+    if version.server is None:
+        return "no server version", ""
+    return None, str(version.server.version or "")
+
+
+def too_old(version: str) -> str | None:
+    """Why an engine of ``version`` cannot build dockerarch's builds, or None."""
+    found = re.match(r"^(\d+)\.(\d+)", version)
+    if found is None or (int(found.group(1)), int(found.group(2))) >= MIN_ENGINE:
+        return None
+    return (f"its Docker engine is {version}, whose built-in BuildKit takes no named build "
+            f"contexts (they came with Docker {MIN_ENGINE[0]}.{MIN_ENGINE[1]}), and every "
+            "dockerarch build passes some")  # fmt: skip
+
+
+def check_engine(node: Node) -> None:
+    """A UsageError naming the node when its engine answers but is too old to build."""
+    why, version = probe(node)
+    old = too_old(version) if why is None else None
+    if old:
+        raise UsageError(
+            f"Builder node '{node.name}' ({node.endpoint}) cannot build: {old}",
+            fix="Install Docker 23.0 or newer on the node (Debian 13's docker.io, or Docker's "
+            "own packages; Debian 12's docker.io is 20.10), then add it again; or build on "
+            "this machine: --builder local.",
+        )
 
 
 def machine(context: str | None, arch: str) -> dict[str, object]:
@@ -201,7 +235,14 @@ def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
     if not chosen:
         return local
     node = chosen[0]
-    why = answers(node)
+    why, version = probe(node)
+    old = too_old(version) if why is None else None
+    if old:
+        raise UsageError(f"Builder node '{node.name}' ({node.endpoint}), which builds {platform}, "
+                         f"cannot build: {old}",
+                         fix="Install Docker 23.0 or newer on the node (Debian 13's docker.io, or "
+                         f"Docker's own packages), or forget it: dockerarch builder rm {node.name} "
+                         "(or build here: --builder local).")  # fmt: skip
     if why is None:
         return Route(builder=node.name, context=node.name, endpoint=node.endpoint, accel="native")
     if fallback_qemu:

@@ -37,6 +37,11 @@ def add(
 
     platforms = [p.strip() for item in platform for p in item.split(",") if p.strip()]
     node = builders.add(name, platforms, endpoint, host_key=host_key, say=say)
+    try:
+        builders.check_engine(node)
+    except Exception:
+        builders.remove(node.name)
+        raise
     why = builders.answers(node)
     typer.echo(f"added {node.name}: {', '.join(node.platforms)} at {node.endpoint}")
     if why:
@@ -57,15 +62,12 @@ def list_nodes() -> None:
         (builders.LOCAL, ", ".join(emulated) + " (QEMU), linux/amd64", engine.docker_host(), "ok")
     )
     for node in builders.nodes():
-        why = builders.answers(node)
-        rows.append(
-            (
-                node.name,
-                ", ".join(node.platforms),
-                node.endpoint,
-                "ok" if why is None else f"DOWN: {why}",
-            )
+        why, version = builders.probe(node)
+        old = builders.too_old(version) if why is None else None
+        status = (
+            f"DOWN: {why}" if why else f"CANNOT BUILD: {old}" if old else f"ok (Docker {version})"
         )
+        rows.append((node.name, ", ".join(node.platforms), node.endpoint, status))
     typer.echo(columns(rows))
 
 

@@ -494,7 +494,11 @@ def test_native_node_builds_its_platform(
     endpoint, _ = node
     listed = dockerarch("builder", "ls")
     row = next(line for line in listed.stdout.splitlines() if line.startswith("testnode"))
-    assert "linux/arm64" in row and endpoint in row and row.rstrip().endswith("ok")
+    version = subprocess.run(["docker", "-H", endpoint, "version", "--format", "{{.Server.Version}}"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert (
+        "linux/arm64" in row and endpoint in row and row.rstrip().endswith(f"ok (Docker {version})")
+    )
 
     # the C extension alone: the stand-in node is an x86-64 engine, its "native" arm64 build
     # runs under QEMU (g++ over Python.h there took a minute of the suite)

@@ -74,3 +74,14 @@ def test_a_host_key_for_a_node_not_reached_over_ssh_is_a_user_error(
     monkeypatch.setattr(builders, "_contexts", lambda: [])
     with pytest.raises(UsageError, match="--host-key is for ssh:// nodes"):
         builders.add("n1", ["linux/arm64"], "tcp://127.0.0.1:2375", host_key=A.fingerprint)
+
+
+def test_an_engine_older_than_named_build_contexts_cannot_be_a_node() -> None:
+    """Debian 12's docker.io (20.10, BuildKit 0.8) met on a real arm64 node: its BuildKit
+    refuses named build contexts, which every build passes. Said by version, before a build."""
+    assert builders.too_old("20.10.24+dfsg1") and "20.10.24+dfsg1" in builders.too_old(
+        "20.10.24+dfsg1"
+    )  # type: ignore[operator]
+    assert builders.too_old("22.06.0-beta.0") is not None
+    assert builders.too_old("23.0.0") is None and builders.too_old("26.1.5+dfsg1") is None
+    assert builders.too_old("") is None  # no version: the engine's own error says more
