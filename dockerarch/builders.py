@@ -173,10 +173,27 @@ def too_old(version: str) -> str | None:
             "dockerarch build passes some")  # fmt: skip
 
 
+def unserved(asked: tuple[str, ...], listed: tuple[str, ...]) -> list[str]:
+    """What a node was asked to build that its BuildKit does not list (an arm64 kernel lists
+    linux/arm/v7 only when it runs 32-bit code)."""
+    return [p for p in asked if p not in listed]
+
+
 def check_engine(node: Node) -> None:
-    """A UsageError naming the node when its engine answers but is too old to build."""
+    """A UsageError naming the node when its engine answers but is too old to build, or does
+    not run a platform it was added for."""
     why, version = probe(node)
     old = too_old(version) if why is None else None
+    if why is None and not old:
+        listed = engine.current_builder(node.name).platforms
+        missing = unserved(node.platforms, listed)
+        if missing:
+            raise UsageError(
+                f"Builder node '{node.name}' ({node.endpoint}) does not run "
+                f"{', '.join(missing)}: its BuildKit lists {', '.join(listed) or 'nothing'}",
+                fix=f"Add it for what it runs (--platform {','.join(p for p in node.platforms if p in listed) or 'linux/arm64'}); "
+                "the other platforms build here under QEMU.",
+            )  # fmt: skip
     if old:
         raise UsageError(
             f"Builder node '{node.name}' ({node.endpoint}) cannot build: {old}",

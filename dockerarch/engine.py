@@ -137,11 +137,13 @@ def buildx_version() -> str:
     return found.group(1)
 
 
-def current_builder() -> BuilderInfo:
+def current_builder(name: str | None = None) -> BuilderInfo:
+    """The builder buildx uses (or the one named: a docker context is a builder of its name),
+    and the platforms its BuildKit says it runs."""
     from python_on_whales.exceptions import DockerException
 
     try:
-        builder = client().buildx.inspect()
+        builder = client().buildx.inspect(name, bootstrap=name is not None)
     except DockerException as exc:
         raise EngineError(
             f"'docker buildx inspect' failed: {_whales_error(exc)}",

@@ -85,3 +85,9 @@ def test_an_engine_older_than_named_build_contexts_cannot_be_a_node() -> None:
     assert builders.too_old("22.06.0-beta.0") is not None
     assert builders.too_old("23.0.0") is None and builders.too_old("26.1.5+dfsg1") is None
     assert builders.too_old("") is None  # no version: the engine's own error says more
+
+
+def test_a_platform_the_node_s_buildkit_does_not_list_is_not_served() -> None:
+    arm64_only = ("linux/arm64", "linux/amd64")  # an arm64 kernel without 32-bit support, say
+    assert builders.unserved(("linux/arm64", "linux/arm/v7"), arm64_only) == ["linux/arm/v7"]
+    assert builders.unserved(("linux/arm64",), arm64_only) == []
