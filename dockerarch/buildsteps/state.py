@@ -213,6 +213,32 @@ class BuildStopped(EngineError):
         )
 
 
+class NodeLost(EngineError):
+    """The builder node stopped answering mid-build (its network, its power)."""
+
+    exit_code = 6
+
+
+def _node_lost(job: JobState, doing: str) -> NodeLost | None:
+    """A NodeLost naming the node when the build ran on one that no longer answers."""
+    from dockerarch import builders
+
+    route = job.route
+    if route.context is None:
+        return None
+    node = builders.Node(name=route.builder, endpoint=route.endpoint, platforms=())
+    why = builders.answers(node)
+    if why is None:
+        return None
+    return NodeLost(
+        f"{job.target}: builder node '{route.builder}' ({route.endpoint}) stopped answering "
+        f"while {doing}: {why}",
+        fix="Bring the node back (its power, its network) and run the same command again: the "
+        "steps it finished are in its cache, so the build continues there; or build here "
+        "instead: --builder local.",
+    )
+
+
 class SmokeFailed(DockerarchError):
     exit_code = 8
 
@@ -244,9 +270,11 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
     except BuildFailed as exc:
         job.log.flush()
         if tracker.failed is None:  # no step failed: buildx itself was stopped
-            raise BuildStopped(
-                job.target, steps.describe(tracker.current, subject=subject), exc.return_code
-            ) from exc
+            doing = steps.describe(tracker.current, subject=subject)
+            lost = _node_lost(job, doing)
+            if lost is not None:
+                raise lost from exc
+            raise BuildStopped(job.target, doing, exc.return_code) from exc
         title, tail = tracker.failure_report()
         raise BuildStepFailed(job.target, title, tail) from exc
     # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
