@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
 
 from dockerarch import builders, hostkeys
+from dockerarch.buildsteps import state
 from dockerarch.errors import UsageError
 
 # two made-up ed25519 public key blobs (the key type string, then 32 bytes)
@@ -91,3 +93,22 @@ def test_a_platform_the_node_s_buildkit_does_not_list_is_not_served() -> None:
     arm64_only = ("linux/arm64", "linux/amd64")  # an arm64 kernel without 32-bit support, say
     assert builders.unserved(("linux/arm64", "linux/arm/v7"), arm64_only) == ["linux/arm/v7"]
     assert builders.unserved(("linux/arm64",), arm64_only) == []
+
+
+def test_a_node_that_stops_answering_mid_build_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = builders.Route(builder="armnode", context="armnode", endpoint="ssh://pi@127.0.0.1:2259",
+                          accel="native")  # fmt: skip
+    job = SimpleNamespace(route=node, target="debian-aarch64")
+    monkeypatch.setattr(builders, "answers", lambda n: "ssh: connect to host 127.0.0.1 port 2259: Connection refused")  # fmt: skip
+    lost = state._node_lost(job, "compiling zstandard")  # type: ignore[arg-type]
+    assert lost is not None and lost.exit_code == 6
+    assert (
+        "builder node 'armnode' (ssh://pi@127.0.0.1:2259) stopped answering while compiling"
+        in lost.problem
+    )
+    assert "run the same command again" in lost.fix and "--builder local" in lost.fix
+    monkeypatch.setattr(builders, "answers", lambda n: None)  # it answers: buildx was stopped
+    assert state._node_lost(job, "compiling zstandard") is None  # type: ignore[arg-type]
+    here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
+                                                accel="qemu"), target="debian-aarch64")  # fmt: skip
+    assert state._node_lost(here, "compiling") is None  # type: ignore[arg-type]
