@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
