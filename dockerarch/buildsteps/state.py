@@ -239,6 +239,29 @@ def _node_lost(job: JobState, doing: str) -> NodeLost | None:
     )
 
 
+NO_SPACE = "no space left on device"  # ENOSPC, as a failing step or BuildKit prints it
+
+
+class DiskFull(EngineError):
+    """The engine that builds ran out of disk."""
+
+    exit_code = 6
+
+
+def _disk_full(job: JobState, doing: str) -> DiskFull:
+    route = job.route
+    where = (f"builder node '{route.builder}' ({route.endpoint})" if route.context is not None
+             else "this machine's Docker engine")  # fmt: skip
+    prune = (f"on the node: docker builder prune; docker image prune (or forget the node: "
+             f"dockerarch builder rm {route.builder})" if route.context is not None
+             else "dockerarch prune (machine images), docker builder prune (BuildKit's cache)")  # fmt: skip
+    return DiskFull(
+        f"{job.target}: {where} ran out of disk ({NO_SPACE}) at {doing}",
+        fix=f"Free space where the engine keeps its data ({prune}), then run the same command "
+        "again: the steps that finished are cached.",
+    )
+
+
 class SmokeFailed(DockerarchError):
     exit_code = 8
 
@@ -276,6 +299,8 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
                 raise lost from exc
             raise BuildStopped(job.target, doing, exc.return_code) from exc
         title, tail = tracker.failure_report()
+        if any(NO_SPACE in line for line in tail[-40:]):
+            raise _disk_full(job, title) from exc
         raise BuildStepFailed(job.target, title, tail) from exc
     # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
     job.log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")

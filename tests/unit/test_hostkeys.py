@@ -112,3 +112,15 @@ def test_a_node_that_stops_answering_mid_build_is_named(monkeypatch: pytest.Monk
     here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
                                                 accel="qemu"), target="debian-aarch64")  # fmt: skip
     assert state._node_lost(here, "compiling") is None  # type: ignore[arg-type]
+
+
+def test_a_full_disk_names_where_and_what_to_prune() -> None:
+    node = SimpleNamespace(route=builders.Route(builder="armnode", context="armnode",
+                                                endpoint="ssh://pi@127.0.0.1:2259", accel="native"),
+                           target="debian-aarch64")  # fmt: skip
+    full = state._disk_full(node, "[build 4/6] RUN pip wheel")  # type: ignore[arg-type]
+    assert "builder node 'armnode' (ssh://pi@127.0.0.1:2259) ran out of disk" in full.problem
+    assert "docker builder prune" in full.fix and "builder rm armnode" in full.fix
+    here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
+                                                accel="qemu"), target="debian-aarch64")  # fmt: skip
+    assert "this machine's Docker engine ran out of disk" in state._disk_full(here, "x").problem  # type: ignore[arg-type]
