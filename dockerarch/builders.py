@@ -203,24 +203,16 @@ def check_engine(node: Node) -> None:
         )
 
 
-def machine(context: str | None, arch: str) -> dict[str, object]:
-    """What the engine that builds reports of its machine (``docker info``): architecture,
-    kernel, engine version, and whether it runs ``arch``'s code natively (its own kernel's
-    architecture; a node that claims a platform its kernel is not runs it under binfmt)."""
-    from python_on_whales.exceptions import DockerException
-
+def machine(info: dict[str, str], arch: str) -> dict[str, object]:
+    """What the engine that builds reports of its machine (engine.machine_info), and whether it
+    runs ``arch``'s code natively: its own kernel's architecture (a node that claims a platform
+    its kernel is not runs it under binfmt)."""
     from dockerarch.targets import ARCH_ALIASES
 
-    try:
-        info = engine.client(context).info()
-    except DockerException as exc:
-        return {"error": " ".join(str(exc.stderr or exc).split())[:200]}
-    architecture = str(info.architecture or "")
-    return {
-        "architecture": architecture, "kernel": str(info.kernel_version or ""),
-        "engine": str(info.server_version or ""), "os": str(info.operating_system or ""),
-        "native": ARCH_ALIASES.get(architecture.lower()) == ARCH_ALIASES.get(arch),
-    }  # fmt: skip
+    if "error" in info:
+        return dict(info)
+    architecture = info.get("architecture", "").lower()
+    return {**info, "native": ARCH_ALIASES.get(architecture) == ARCH_ALIASES.get(arch)}
 
 
 def check_forced(forced: str, known: list[Node] | None = None) -> Node:

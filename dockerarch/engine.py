@@ -137,6 +137,21 @@ def buildx_version() -> str:
     return found.group(1)
 
 
+def machine_info(context: str | None = None) -> dict[str, str]:
+    """What the engine (of a docker context: a node) reports of its machine: architecture,
+    kernel, engine version, OS; {"error": ...} when it cannot be asked."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        info = client(context).info()
+    except DockerException as exc:
+        return {"error": _whales_error(exc)[:200]}
+    return {
+        "architecture": str(info.architecture or ""), "kernel": str(info.kernel_version or ""),
+        "engine": str(info.server_version or ""), "os": str(info.operating_system or ""),
+    }  # fmt: skip
+
+
 def current_builder(name: str | None = None) -> BuilderInfo:
     """The builder buildx uses (or the one named: a docker context is a builder of its name),
     and the platforms its BuildKit says it runs."""

@@ -35,7 +35,9 @@ def write_manifest(job: JobState) -> None:
         "builder": {
             "name": job.route.builder,
             "endpoint": job.route.endpoint,
-            "machine": builders.machine(job.route.context, request.target.arch.name),
+            "machine": builders.machine(
+                job.engine.machine_info(job.route.context), request.target.arch.name
+            ),
         },
         "accel": job.decision.accel,
         "hybrid": job.hybrid,

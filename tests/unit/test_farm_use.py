@@ -31,6 +31,9 @@ class FakeEngine:
     def image_labels(self, reference: str, context: str | None = None) -> None:
         return None
 
+    def machine_info(self, context: str | None = None) -> dict[str, str]:
+        return {"architecture": "x86_64", "kernel": "6.1.0", "engine": "26.1.5", "os": "Debian"}
+
     def copy_image(self, reference: str, to_context: str) -> None:
         raise AssertionError("no copy")
 

@@ -58,6 +58,9 @@ class FakeEngine:
     def copy_image(self, reference: str, to_context: str) -> None:
         self.calls.append(f"copy_image {reference}")
 
+    def machine_info(self, context: str | None = None) -> dict[str, str]:
+        return {"architecture": "x86_64", "kernel": "6.1.0", "engine": "26.1.5", "os": "Debian"}
+
     def build_lines(self, spec: BuildSpec) -> Iterator[str]:
         self.calls.append(f"build_lines {spec.stage}")
         self.build_args.append(dict(spec.build_args or {}))
@@ -116,6 +119,9 @@ def test_a_job_runs_its_steps_in_order_and_lands_the_verified_result(tmp_path: P
     assert all(s["seconds"] >= 0 for s in manifest["steps"])
     assert manifest["smoke"] == "hello ok" and manifest["image"]["id"]
     assert manifest["artifacts"][0]["name"] == "hello-1.0.tar.gz"
+    # the engine's machine as it reports it: an x86-64 kernel ran the armv7 build's code emulated
+    assert manifest["builder"]["machine"] == {"architecture": "x86_64", "kernel": "6.1.0",
+                                              "engine": "26.1.5", "os": "Debian", "native": False}  # fmt: skip
     base = "dockerarch/base/debian-armv7:bookworm"
     runtime = "dockerarch/qpulib:master-debian-armv7"
     assert engine.calls == [

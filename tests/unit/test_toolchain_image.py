@@ -59,6 +59,9 @@ class FakeEngine:
     ) -> tuple[str, dict[str, str]] | None:
         return ("sha256:" + "2" * 64, {}) if reference in self.images else None
 
+    def machine_info(self, context: str | None = None) -> dict[str, str]:
+        return {"architecture": "x86_64", "kernel": "6.1.0", "engine": "26.1.5", "os": "Debian"}
+
     def copy_image(self, reference: str, to_context: str) -> None:
         raise AssertionError("no copy")
 
