@@ -47,9 +47,10 @@ SYSTEM_PACKAGES = ("systemd-sysv", "udev", "dbus", "libpam-systemd", "kmod", "in
 COMPRESSORS = {"xz": ".xz", "zstd": ".zst"}
 # What --with adds to a card, from the target's own archive. docker: Debian's engine, started at
 # boot, the card's user in its group: the board is a builder node (dockerarch builder add).
-EXTRAS = {"docker": ("docker.io",)}
+EXTRAS = {"docker": ("docker.io", "maybe:docker-cli")}  # maybe: where the archive has it
 CARD_FILES = (
     "system",
+    "extras",
     "boot",
     "customise",
     "assemble",
