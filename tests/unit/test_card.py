@@ -184,7 +184,10 @@ def test_a_card_with_docker_adds_one_stage_above_the_kernel(tmp_path: Path) -> N
     plain = export.render(request(tmp_path), ids, 1700000000)
     docker = export.render(request(tmp_path, extras=("docker", "docker")), ids, 1700000000)
     assert "FROM boot AS extras" in docker and "FROM extras AS card" in docker
-    assert "sh /run/dockerarch/extras 'docker.io' 'maybe:docker-cli'\n" in docker and "docker.io" not in plain
+    assert (
+        "sh /run/dockerarch/extras 'docker.io' 'maybe:docker-cli'\n" in docker
+        and "docker.io" not in plain
+    )
     below = plain.index("# What the person")
     assert docker[: plain.index("raspi-firmware")] == plain[: plain.index("raspi-firmware")]
     assert docker[docker.index("# What the person") :] == plain[below:].replace(
