@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from dockerarch import process
 from dockerarch.errors import UsageError
 
-KEYSCAN_TIMEOUT = 10  # seconds ssh-keyscan waits for the node
+KEYSCAN_TIMEOUT = 30  # seconds ssh-keyscan waits for each key (a node under TCG answers slowly)
 
 
 @dataclass(frozen=True)
