@@ -241,6 +241,19 @@ def _node_lost(job: JobState, doing: str) -> NodeLost | None:
 
 
 NO_SPACE = "no space left on device"  # ENOSPC, as a failing step or BuildKit prints it
+# BuildKit lost buildx's session (the connection to a node stalled or dropped) before it could
+# hand the result over; the node still answers, its finished steps are in its cache
+NO_SESSION = "no active session for"
+
+
+def _session_lost(job: JobState, doing: str) -> NodeLost:
+    route = job.route
+    return NodeLost(
+        f"{job.target}: the connection to builder node '{route.builder}' ({route.endpoint}) was "
+        f"lost at {doing}: its BuildKit no longer had this build's session",
+        fix="Run the same command again: the steps the node finished are in its cache, so it "
+        "hands the result over without compiling again.",
+    )
 
 
 class DiskFull(EngineError):
@@ -302,6 +315,8 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
         title, tail = tracker.failure_report()
         if any(NO_SPACE in line for line in tail[-40:]):
             raise _disk_full(job, title) from exc
+        if job.route.context is not None and any(NO_SESSION in line for line in tail[-5:]):
+            raise _session_lost(job, title) from exc
         raise BuildStepFailed(job.target, title, tail) from exc
     # Wall-clock time of the invocation: BuildKit's own DONE times include replays.
     job.log.write(f"### buildx: stage {spec.stage} took {time.monotonic() - started:.1f} s\n")

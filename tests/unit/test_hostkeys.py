@@ -124,3 +124,14 @@ def test_a_full_disk_names_where_and_what_to_prune() -> None:
     here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
                                                 accel="qemu"), target="debian-aarch64")  # fmt: skip
     assert "this machine's Docker engine ran out of disk" in state._disk_full(here, "x").problem  # type: ignore[arg-type]
+
+
+def test_a_session_the_node_lost_before_handing_the_result_over_is_named() -> None:
+    """Seen on a real node frozen for an hour mid-compile: the compiles finished, the export then
+    failed with BuildKit's "no active session ...: context deadline exceeded"."""
+    node = SimpleNamespace(route=builders.Route(builder="armnode", context="armnode",
+                                                endpoint="ssh://pi@127.0.0.1:2259", accel="native"),
+                           target="debian-aarch64")  # fmt: skip
+    lost = state._session_lost(node, "exporting to client directory")  # type: ignore[arg-type]
+    assert "connection to builder node 'armnode' (ssh://pi@127.0.0.1:2259) was lost" in lost.problem
+    assert "in its cache" in lost.fix and lost.exit_code == 6
