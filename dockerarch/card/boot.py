@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dockerarch import process
 from dockerarch.card.boards import Board, Qemu
 from dockerarch.errors import DockerarchError, UsageError
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 PROMPT = "dockerarch-prompt# "  # the shell's prompt while commands run
 # the shell's terminal codes (bracketed paste), and systemd's colours cut short by "…"
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*(?:[A-Za-z]|(?=…))")
@@ -197,6 +198,16 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
     each command (its output kept), power off. A boot the emulator broke (EMULATOR_FAULT) is
     tried again from a fresh overlay (ATTEMPTS boots in all), and said (``emulator_faults``).
     ``qemu``: another machine than the board's own for ``arch`` (VIRT's)."""
+    booted, faults = _retrying(card, board, arch, qemu, network, work, say, lambda argv: _boot_once(
+        argv, user=user, password=password, commands=commands, work=work, say=say, timeout=timeout))  # fmt: skip
+    booted.emulator_faults = faults
+    return booted
+
+
+def _retrying(card: Path, board: Board, arch: str, qemu: Qemu | None, network: Network | None,
+              work: Path, say: Say, attempt: Callable[[list[str]], T]) -> tuple[T, list[str]]:  # fmt: skip
+    """``attempt`` on the card's emulated board, from a fresh overlay each time the emulator
+    broke the boot (ATTEMPTS in all); its result and the faults."""
     manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
     qemu = qemu or board.qemu.get(arch)
     if qemu is None:
@@ -205,25 +216,20 @@ def boot(card: Path, board: Board, arch: str, *, user: str, password: str,
     if shutil.which(qemu.system) is None:
         raise UsageError(f"{qemu.system} is not installed", fix="Run scripts/setup-host.")
     kernel, dtb, initrd, cmdline = boot_files(card, manifest, qemu, board, work)
-    sd = overlay(card, work, card_size(card.stat().st_size))
-    argv = qemu_argv(qemu, kernel=kernel, dtb=dtb, initrd=initrd, cmdline=cmdline, disk=sd,
-                     network=network)  # fmt: skip
     faults: list[str] = []
     while True:
+        sd = overlay(card, work, card_size(card.stat().st_size))
+        argv = qemu_argv(qemu, kernel=kernel, dtb=dtb, initrd=initrd, cmdline=cmdline, disk=sd,
+                         network=network)  # fmt: skip
         say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
         try:
-            booted = _boot_once(argv, user=user, password=password, commands=commands,
-                                work=work, say=say, timeout=timeout)  # fmt: skip
+            return attempt(argv), faults
         except EmulatorFault as fault:
             faults.append(fault.problem)
             if len(faults) == ATTEMPTS:
                 raise
             (work / "console.log").rename(work / f"console-{len(faults)}.log")
             say(f"{fault.problem}: booting the card again from a fresh overlay")
-            overlay(card, work, card_size(card.stat().st_size))
-            continue
-        booted.emulator_faults = faults
-        return booted
 
 
 def _boot_once(argv: list[str], *, user: str, password: str, commands: Sequence[str], work: Path,
@@ -312,29 +318,17 @@ def running(card: Path, board: Board, arch: str, *, user: str, password: str, wo
             timeout: float = 900) -> Iterator[Session]:  # fmt: skip
     """``card`` booted and logged in on its console (a boot the emulator broke tried again, as
     boot() does), left running for the caller, powered off at the end."""
-    manifest = json.loads(card.with_name(card.name + ".manifest.json").read_text())
-    kernel, dtb, initrd, cmdline = boot_files(card, manifest, qemu, board, work)
-    faults = 0
-    while True:
-        sd = overlay(card, work, card_size(card.stat().st_size))
-        argv = qemu_argv(qemu, kernel=kernel, dtb=dtb, initrd=initrd, cmdline=cmdline, disk=sd,
-                         network=network)  # fmt: skip
-        say(f"booting {card.name} under {qemu.system} -M {qemu.machine}")
+
+    def logged_in(argv: list[str]) -> Session:
         session = Session(argv, work, timeout)
         try:
             session.login(user, password, say)
-        except EmulatorFault as fault:
-            session.close()
-            faults += 1
-            if faults == ATTEMPTS:
-                raise
-            (work / "console.log").rename(work / f"console-{faults}.log")
-            say(f"{fault.problem}: booting the card again from a fresh overlay")
-            continue
         except BaseException:
             session.close()
             raise
-        break
+        return session
+
+    session, _ = _retrying(card, board, arch, qemu, network, work, say, logged_in)
     try:
         yield session
         session.poweroff(say)
