@@ -124,7 +124,13 @@ def add(name: str, platforms: list[str], endpoint: str, *, host_key: str | None 
         )
     except DockerException as exc:
         raise EngineError(f"Cannot create docker context '{name}': {exc}") from exc
-    return Node(name=name, endpoint=host, platforms=tuple(platforms))
+    node = Node(name=name, endpoint=host, platforms=tuple(platforms))
+    try:
+        check_engine(node)
+    except BaseException:
+        remove(name)
+        raise
+    return node
 
 
 def remove(name: str) -> None:
@@ -179,28 +185,35 @@ def unserved(asked: tuple[str, ...], listed: tuple[str, ...]) -> list[str]:
     return [p for p in asked if p not in listed]
 
 
+def refuse_old(node: Node, version: str, platform: str | None = None) -> None:
+    """A UsageError naming the node when its engine (of ``version``) is too old to build."""
+    old = too_old(version)
+    if old:
+        serves = f", which builds {platform}," if platform else ""
+        raise UsageError(
+            f"Builder node '{node.name}' ({node.endpoint}){serves} cannot build: {old}",
+            fix="Install Docker 23.0 or newer on the node (Debian 13's docker.io, or Docker's "
+            "own packages; Debian 12's docker.io is 20.10), or build on this machine: "
+            f"--builder local (dockerarch builder rm {node.name} forgets it).",
+        )
+
+
 def check_engine(node: Node) -> None:
     """A UsageError naming the node when its engine answers but is too old to build, or does
     not run a platform it was added for."""
     why, version = probe(node)
-    old = too_old(version) if why is None else None
-    if why is None and not old:
-        listed = engine.current_builder(node.name).platforms
-        missing = unserved(node.platforms, listed)
-        if missing:
-            raise UsageError(
-                f"Builder node '{node.name}' ({node.endpoint}) does not run "
-                f"{', '.join(missing)}: its BuildKit lists {', '.join(listed) or 'nothing'}",
-                fix=f"Add it for what it runs (--platform {','.join(p for p in node.platforms if p in listed) or 'linux/arm64'}); "
-                "the other platforms build here under QEMU.",
-            )  # fmt: skip
-    if old:
+    if why is not None:
+        return
+    refuse_old(node, version)
+    listed = engine.current_builder(node.name).platforms
+    missing = unserved(node.platforms, listed)
+    if missing:
         raise UsageError(
-            f"Builder node '{node.name}' ({node.endpoint}) cannot build: {old}",
-            fix="Install Docker 23.0 or newer on the node (Debian 13's docker.io, or Docker's "
-            "own packages; Debian 12's docker.io is 20.10), then add it again; or build on "
-            "this machine: --builder local.",
-        )
+            f"Builder node '{node.name}' ({node.endpoint}) does not run "
+            f"{', '.join(missing)}: its BuildKit lists {', '.join(listed) or 'nothing'}",
+            fix=f"Add it for what it runs (--platform {','.join(p for p in node.platforms if p in listed) or 'linux/arm64'}); "
+            "the other platforms build here under QEMU.",
+        )  # fmt: skip
 
 
 def machine(info: dict[str, str], arch: str) -> dict[str, object]:
@@ -245,14 +258,8 @@ def route(platform: str, *, forced: str | None, fallback_qemu: bool) -> Route:
         return local
     node = chosen[0]
     why, version = probe(node)
-    old = too_old(version) if why is None else None
-    if old:
-        raise UsageError(f"Builder node '{node.name}' ({node.endpoint}), which builds {platform}, "
-                         f"cannot build: {old}",
-                         fix="Install Docker 23.0 or newer on the node (Debian 13's docker.io, or "
-                         f"Docker's own packages), or forget it: dockerarch builder rm {node.name} "
-                         "(or build here: --builder local).")  # fmt: skip
     if why is None:
+        refuse_old(node, version, platform)
         return Route(builder=node.name, context=node.name, endpoint=node.endpoint, accel="native")
     if fallback_qemu:
         return Route(builder=LOCAL, context=None, endpoint=engine.docker_host(), accel="qemu",

@@ -37,11 +37,6 @@ def add(
 
     platforms = [p.strip() for item in platform for p in item.split(",") if p.strip()]
     node = builders.add(name, platforms, endpoint, host_key=host_key, say=say)
-    try:
-        builders.check_engine(node)
-    except Exception:
-        builders.remove(node.name)
-        raise
     why = builders.answers(node)
     typer.echo(f"added {node.name}: {', '.join(node.platforms)} at {node.endpoint}")
     if why:
