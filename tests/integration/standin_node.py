@@ -5,7 +5,13 @@ gets its own docker0 bridge for RUN steps. Sharing the host's network namespace 
 second dockerd there either cannot make a bridge (`--bridge none` then fails every RUN step with
 "network bridge not found") or deletes the main daemon's docker0 when it starts or stops.
 The namespace is entered with nsenter, not `ip netns exec`, which remounts /sys and so hides the
-cgroup hierarchy dockerd needs."""
+cgroup hierarchy dockerd needs.
+
+Reached as a real node is (`ssh_node`): an ssh server (dropbear) in the namespace at NODE_IP:22,
+key logins only, its own host key; it runs in a mount namespace of its own where
+/var/run/docker.sock is the stand-in's socket and root's home a folder of the test's (its
+authorized_keys), so that `docker system dial-stdio` there, what Docker runs over ssh, reaches
+the stand-in and nothing on the host changes."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 NETNS = "dxnode"
@@ -112,6 +119,62 @@ def _remove_root() -> None:
     ):
         raise AssertionError(f"mounts under {ROOT} could not be undone; not removing it")
     shutil.rmtree(ROOT, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class SshNode:
+    endpoint: str  # ssh://root@NODE_IP
+    fingerprint: str  # the host key's SHA256:...
+    agent: dict[str, str]  # SSH_AUTH_SOCK (and SSH_AGENT_PID) of an agent holding the login key
+    daemon: subprocess.Popen[bytes]  # the stand-in's dockerd
+
+
+@contextmanager
+def ssh_node() -> Iterator[SshNode]:
+    """The stand-in, reached over ssh with a key from an ssh-agent of its own. The host key's
+    known_hosts entry (the test pins it) is removed again at the end."""
+    _sh("ssh-keygen", "-R", NODE_IP, check=False)  # a key an interrupted run left pinned
+    with standin_node() as (sock, daemon):
+        where = ROOT / "ssh"
+        home = where / "home"
+        (home / ".ssh").mkdir(mode=0o700, parents=True)
+        home.chmod(0o700)
+        _sh("dropbearkey", "-t", "ed25519", "-f", str(where / "host_key"))
+        public = _sh("dropbearkey", "-y", "-f", str(where / "host_key")).stdout
+        (where / "host_key.pub").write_text(
+            next(line for line in public.splitlines() if line.startswith("ssh-")) + "\n"
+        )
+        fingerprint = _sh("ssh-keygen", "-lf", str(where / "host_key.pub")).stdout.split()[1]
+        _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(where / "id"))
+        (home / ".ssh" / "authorized_keys").write_text((where / "id.pub").read_text())
+        script = (f"mount --bind {sock.removeprefix('unix://')} /var/run/docker.sock"
+                  f" && mount --bind {home} /root"
+                  f" && exec dropbear -F -E -s -p {NODE_IP}:22 -r {where / 'host_key'}"
+                  f" -P {where / 'dropbear.pid'}")  # fmt: skip
+        with (where / "dropbear.log").open("w") as log:
+            server = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{NETNS}", "unshare", "--mount",
+                 "--propagation", "private", "sh", "-c", script],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        agent = dict(
+            line.split(";")[0].split("=", 1)
+            for line in _sh("ssh-agent", "-s").stdout.splitlines()
+            if line.startswith("SSH_")
+        )
+        try:
+            _sh("env", *(f"{k}={v}" for k, v in agent.items()), "ssh-add", "-q", str(where / "id"))
+            deadline = time.monotonic() + 30
+            while not (where / "dropbear.pid").exists():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the stand-in's ssh server did not start:\n"
+                                         + (where / "dropbear.log").read_text()[-2000:])  # fmt: skip
+                time.sleep(0.2)
+            yield SshNode(f"ssh://root@{NODE_IP}", fingerprint, agent, daemon)
+        finally:
+            stop(server)
+            _sh("env", *(f"{k}={v}" for k, v in agent.items()), "ssh-agent", "-k", check=False)
+            _sh("ssh-keygen", "-R", NODE_IP, check=False)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, dockerarch
-from .standin_node import standin_node, stop
+from .standin_node import ssh_node, stop
 
 CEXT = REPO / "tests" / "fixtures" / "cext"
 TARGETS = {"armv7": ("debian-armv7", "linux/arm/v7", "linux_armv7l", "armv7l"),
@@ -470,14 +470,26 @@ def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_pat
 
 
 @pytest.fixture
-def node() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A second dockerd in its own network namespace, registered as builder node `testnode`."""
+def node(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A second dockerd in its own network namespace, reached over ssh as a real node is (a key
+    in an ssh-agent, the login key only), registered as builder node `testnode`: first refused,
+    its host key not known (no trust on first use), then added with the fingerprint pinned."""
     dockerarch("builder", "rm", "testnode")  # left registered by a run killed mid-test, if any
-    with standin_node() as (endpoint, daemon):
-        added = dockerarch("builder", "add", "testnode", endpoint, "--platform", "linux/arm64")
+    with ssh_node() as standin:
+        for variable, value in standin.agent.items():
+            monkeypatch.setenv(variable, value)
+        unpinned = dockerarch("builder", "add", "testnode", standin.endpoint, "--platform",
+                              "linux/arm64")  # fmt: skip
+        said = " ".join(unpinned.stderr.split())
+        assert unpinned.returncode == 2 and "does not trust a key on first use" in said, said
+        assert standin.fingerprint in said and "Traceback" not in said
+        assert "testnode" not in dockerarch("builder", "ls").stdout
+        added = dockerarch("builder", "add", "testnode", standin.endpoint, "--platform",
+                           "linux/arm64", "--host-key", standin.fingerprint)  # fmt: skip
         assert added.returncode == 0, added.stderr
+        assert f"pinned: ssh-ed25519 {standin.fingerprint}" in added.stderr
         try:
-            yield endpoint, daemon
+            yield standin.endpoint, standin.daemon
         finally:
             dockerarch("builder", "rm", "testnode")
 
