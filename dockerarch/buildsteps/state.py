@@ -220,8 +220,12 @@ class NodeLost(EngineError):
     exit_code = 6
 
 
-def _node_lost(job: JobState, doing: str) -> NodeLost | None:
-    """A NodeLost naming the node when the build ran on one that no longer answers."""
+def _node_lost(job: JobState, doing: str, code: int | None = None,
+               said: str = "") -> NodeLost | None:  # fmt: skip
+    """A NodeLost naming the node when buildx, building on one, ended with no step failing: the
+    node no longer answers (its power, its network), or it answers but buildx's connection to it
+    broke (exit code > 0, not a signal: the link dropped; buildx's last words in ``said``). None
+    for a local build, or a buildx stopped by a signal (the user's Ctrl-C: BuildStopped)."""
     from dockerarch import builders
 
     route = job.route
@@ -230,7 +234,16 @@ def _node_lost(job: JobState, doing: str) -> NodeLost | None:
     node = builders.Node(name=route.builder, endpoint=route.endpoint, platforms=())
     why = builders.answers(node)
     if why is None:
-        return None
+        if code is None or code <= 0 or "context canceled" in said:  # stopped, or cancelled
+            return None
+        told = f": {said.strip()[:300]}" if said.strip() else ""
+        return NodeLost(
+            f"{job.target}: the connection to builder node '{route.builder}' ({route.endpoint}) "
+            f"dropped while {doing} (the node answers again now){told}",
+            fix="Run the same command again: the steps the node finished are in its cache, so "
+            "the build continues there; if the link keeps dropping, build here instead: "
+            "--builder local.",
+        )
     return NodeLost(
         f"{job.target}: builder node '{route.builder}' ({route.endpoint}) stopped answering "
         f"while {doing}: {why}",
@@ -293,10 +306,13 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
     job.log.write(f"### buildx: stage {spec.stage} for {spec.platform}\n")
     started = time.monotonic()
     clipped = False
+    last = ""  # buildx's own last line (not a step's): why it ended, when no step failed
     try:
         for chunk in job.engine.build_lines(spec):
             for line in chunk.splitlines():
                 job.log.write(line + "\n")
+                if line.strip() and not line.startswith("#"):
+                    last = line
                 if tracker.feed(line):
                     job.step(steps.describe(tracker.current, subject=subject))
                 elif (count := tracker.count(line)) is not None:
@@ -308,7 +324,7 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
         job.log.flush()
         if tracker.failed is None:  # no step failed: buildx itself was stopped
             doing = steps.describe(tracker.current, subject=subject)
-            lost = _node_lost(job, doing)
+            lost = _node_lost(job, doing, exc.return_code, last)
             if lost is not None:
                 raise lost from exc
             raise BuildStopped(job.target, doing, exc.return_code) from exc

@@ -1,6 +1,6 @@
 """`dockerarch build` for real: buildx under QEMU, verification, smoke tests, failure reports,
 and a native builder node (a second dockerd in its own network namespace, standing in for an
-ARM machine).
+ARM machine, reached over ssh with its host key pinned as a real node is).
 
 The demo build (zstandard 0.23.0 on armv7 and aarch64, under plain QEMU) takes about ten minutes
 on a 2-core machine the first time; BuildKit's cache makes later runs take seconds."""

@@ -109,6 +109,32 @@ def test_a_node_that_stops_answering_mid_build_is_named(monkeypatch: pytest.Monk
     assert "run the same command again" in lost.fix and "--builder local" in lost.fix
     monkeypatch.setattr(builders, "answers", lambda n: None)  # it answers: buildx was stopped
     assert state._node_lost(job, "compiling zstandard") is None  # type: ignore[arg-type]
+    assert state._node_lost(job, "compiling zstandard", -2) is None  # type: ignore[arg-type]
+    cancelled = "ERROR: failed to solve: Canceled: context canceled"
+    assert state._node_lost(job, "compiling zstandard", 1, cancelled) is None  # type: ignore[arg-type]
+
+
+def test_a_connection_to_a_node_that_drops_mid_build_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen on a real arm64 node (bench/arm_node): its sshd's session ended mid-compile, the node
+    still up; buildx ended with exit code 1 and no step failed."""
+    node = builders.Route(builder="armnode", context="armnode", endpoint="ssh://pi@127.0.0.1:2259",
+                          accel="native")  # fmt: skip
+    job = SimpleNamespace(route=node, target="debian-aarch64")
+    monkeypatch.setattr(builders, "answers", lambda n: None)
+    said = ("ERROR: failed to receive status: rpc error: code = Unavailable desc = error reading "
+            "from server: command [ssh -o ConnectTimeout=30 -l pi -p 2259 -- 127.0.0.1 docker "
+            "system dial-stdio] has exited with exit status 255")  # fmt: skip
+    lost = state._node_lost(job, "compiling zstandard with pip", 1, said)  # type: ignore[arg-type]
+    assert lost is not None and lost.exit_code == 6
+    assert (
+        "the connection to builder node 'armnode' (ssh://pi@127.0.0.1:2259) dropped while "
+        "compiling zstandard with pip"
+        in lost.problem
+        and "exit status 255" in lost.problem
+    )
+    assert "in its cache" in lost.fix and "--builder local" in lost.fix
     here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
                                                 accel="qemu"), target="debian-aarch64")  # fmt: skip
     assert state._node_lost(here, "compiling") is None  # type: ignore[arg-type]
