@@ -8,12 +8,12 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from dockerarch.errors import UsageError
+from dockerarch.errors import EngineError, UsageError
 
 if TYPE_CHECKING:
     from dockerarch.base import BaseRequest
 from dockerarch.buildsteps.images import pulled, pushed
-from dockerarch.buildsteps.state import JobState, in_background
+from dockerarch.buildsteps.state import NO_SPACE, JobState, disk_full, in_background
 
 
 def ensure_base(job: JobState) -> None:
@@ -59,7 +59,12 @@ def _take_base(job: JobState, base_id: str, labels: dict[str, str]) -> None:
         remote = job.engine.image_labels(tag, route.context)
         if remote is None or remote[0] != base_id:
             job.say(f"copying the base {tag} to node {route.builder}")
-            job.engine.copy_image(tag, route.context)
+            try:
+                job.engine.copy_image(tag, route.context)
+            except EngineError as exc:
+                if NO_SPACE in str(exc):
+                    raise disk_full(job, f"copying the base {tag}") from exc
+                raise
 
 
 def source_date_epoch(base_labels: dict[str, str]) -> int | None:

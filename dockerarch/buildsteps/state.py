@@ -275,7 +275,8 @@ class DiskFull(EngineError):
     exit_code = 6
 
 
-def _disk_full(job: JobState, doing: str) -> DiskFull:
+def disk_full(job: JobState, doing: str) -> DiskFull:
+    """The engine that builds (a node's, or this machine's) ran out of disk at ``doing``."""
     route = job.route
     where = (f"builder node '{route.builder}' ({route.endpoint})" if route.context is not None
              else "this machine's Docker engine")  # fmt: skip
@@ -330,7 +331,7 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
             raise BuildStopped(job.target, doing, exc.return_code) from exc
         title, tail = tracker.failure_report()
         if any(NO_SPACE in line for line in tail[-40:]):
-            raise _disk_full(job, title) from exc
+            raise disk_full(job, title) from exc
         if job.route.context is not None and any(NO_SESSION in line for line in tail[-5:]):
             raise _session_lost(job, title) from exc
         raise BuildStepFailed(job.target, title, tail) from exc

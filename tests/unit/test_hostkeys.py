@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from dockerarch import builders, hostkeys
-from dockerarch.buildsteps import state
-from dockerarch.errors import UsageError
+from dockerarch.buildsteps import bases, state
+from dockerarch.errors import EngineError, UsageError
 
 # two made-up ed25519 public key blobs (the key type string, then 32 bytes)
 ED_A = base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(range(32))).decode()
@@ -144,12 +144,42 @@ def test_a_full_disk_names_where_and_what_to_prune() -> None:
     node = SimpleNamespace(route=builders.Route(builder="armnode", context="armnode",
                                                 endpoint="ssh://pi@127.0.0.1:2259", accel="native"),
                            target="debian-aarch64")  # fmt: skip
-    full = state._disk_full(node, "[build 4/6] RUN pip wheel")  # type: ignore[arg-type]
+    full = state.disk_full(node, "[build 4/6] RUN pip wheel")  # type: ignore[arg-type]
     assert "builder node 'armnode' (ssh://pi@127.0.0.1:2259) ran out of disk" in full.problem
     assert "docker builder prune" in full.fix and "builder rm armnode" in full.fix
     here = SimpleNamespace(route=builders.Route(builder="local", context=None, endpoint="unix:///x",
                                                 accel="qemu"), target="debian-aarch64")  # fmt: skip
-    assert "this machine's Docker engine ran out of disk" in state._disk_full(here, "x").problem  # type: ignore[arg-type]
+    assert "this machine's Docker engine ran out of disk" in state.disk_full(here, "x").problem  # type: ignore[arg-type]
+
+
+def test_a_node_whose_disk_cannot_take_the_base_is_said_to_be_full() -> None:
+    """The first build on a node copies the target's base there (docker save | load): a full
+    disk fails the load, before any build step."""
+
+    class Engine:
+        def image_labels(self, tag: str, context: str | None = None) -> None:
+            return None
+
+        def copy_image(self, tag: str, context: str) -> None:
+            raise EngineError(f"Copying {tag} to builder node '{context}' failed: write "
+                              "/var/lib/docker/tmp/docker-import-1/layer.tar: no space left on "
+                              "device")  # fmt: skip
+
+    said: list[str] = []
+    job = SimpleNamespace(
+        route=builders.Route(builder="armnode", context="armnode",
+                             endpoint="ssh://pi@127.0.0.1:2259", accel="native"),
+        target="debian-aarch64", engine=Engine(), say=said.append, base_id=None,
+        source_date_epoch=None,
+        request=SimpleNamespace(target=SimpleNamespace(base_image="dockerarch/base/debian-aarch64:bookworm")),
+    )  # fmt: skip
+    with pytest.raises(state.DiskFull) as full:
+        bases._take_base(job, "sha256:b", {})  # type: ignore[arg-type]
+    assert (
+        "builder node 'armnode' (ssh://pi@127.0.0.1:2259) ran out of disk (no space left on "
+        "device) at copying the base dockerarch/base/debian-aarch64:bookworm" in full.value.problem
+    )
+    assert "docker image prune" in full.value.fix
 
 
 def test_a_session_the_node_lost_before_handing_the_result_over_is_named() -> None:
