@@ -26,8 +26,10 @@ from dockerarch.buildsteps.state import (
     BuildOptions,
     BuildStepFailed,
     BuildStopped,
+    DiskFull,
     Engine,
     JobState,
+    NodeLost,
     SmokeFailed,
 )
 
@@ -54,8 +56,10 @@ __all__ = [
     "BuildOptions",
     "BuildStepFailed",
     "BuildStopped",
+    "DiskFull",
     "Engine",
     "JobState",
+    "NodeLost",
     "SmokeFailed",
     "base_ready",
     "build_artifacts",

@@ -13,7 +13,7 @@ from dockerarch.errors import EngineError, UsageError
 if TYPE_CHECKING:
     from dockerarch.base import BaseRequest
 from dockerarch.buildsteps.images import pulled, pushed
-from dockerarch.buildsteps.state import NO_SPACE, JobState, disk_full, in_background
+from dockerarch.buildsteps.state import JobState, disk_full, in_background, out_of_space
 
 
 def ensure_base(job: JobState) -> None:
@@ -62,7 +62,7 @@ def _take_base(job: JobState, base_id: str, labels: dict[str, str]) -> None:
             try:
                 job.engine.copy_image(tag, route.context)
             except EngineError as exc:
-                if NO_SPACE in str(exc):
+                if out_of_space(str(exc)):
                     raise disk_full(job, f"copying the base {tag}") from exc
                 raise
 

@@ -253,7 +253,14 @@ def _node_lost(job: JobState, doing: str, code: int | None = None,
     )
 
 
-NO_SPACE = "no space left on device"  # ENOSPC, as a failing step or BuildKit prints it
+NO_SPACE = "no space left on device"  # ENOSPC, as BuildKit prints it; apt: "(28: No space ...)"
+
+
+def out_of_space(text: str) -> bool:
+    """Whether ``text`` (a failing step's lines, an engine's error) says ENOSPC."""
+    return NO_SPACE in text.lower()
+
+
 # BuildKit lost buildx's session (the connection to a node stalled or dropped) before it could
 # hand the result over; the node still answers, its finished steps are in its cache
 NO_SESSION = "no active session for"
@@ -330,7 +337,7 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
                 raise lost from exc
             raise BuildStopped(job.target, doing, exc.return_code) from exc
         title, tail = tracker.failure_report()
-        if any(NO_SPACE in line for line in tail[-40:]):
+        if any(out_of_space(line) for line in tail[-40:]):
             raise disk_full(job, title) from exc
         if job.route.context is not None and any(NO_SESSION in line for line in tail[-5:]):
             raise _session_lost(job, title) from exc

@@ -71,6 +71,11 @@ class FakeEngine:
             raise BuildFailed("buildx failed", return_code=1)
         if self.fail == "killed":
             raise BuildFailed("buildx failed", return_code=-9)
+        if self.fail == "disk":  # apt's words, met on a real node whose disk was full
+            yield "#7 13.23   Error writing to file - write (28: No space left on device)\n"
+            yield "#7 14.87 E: Unable to locate package python3\n"
+            yield '#7 ERROR: process "/bin/sh -c make -j2" did not complete: exit code: 100\n'
+            raise BuildFailed("buildx failed", return_code=1)
         if spec.stage == "artifacts":
             assert spec.output_dir is not None
             with tarfile.open(spec.output_dir / "hello-1.0.tar.gz", "w:gz") as archive:
@@ -184,6 +189,7 @@ def test_a_failure_at_any_step_leaves_the_earlier_result_and_the_log(
     [
         ("compile", buildsteps.BuildStepFailed, "the build failed at [build 3/4] RUN make -j2"),
         ("killed", buildsteps.BuildStopped, "docker buildx was killed (signal 9) while compiling qpulib with make"),
+        ("disk", buildsteps.DiskFull, "this machine's Docker engine ran out of disk (no space left on device) at [build 3/4] RUN make -j2"),
         ("smoke", buildsteps.SmokeFailed, "the smoke test failed in dockerarch/qpulib:master-debian-armv7 (exit code 1)"),
         ("hang", buildsteps.SmokeFailed, "the smoke test did not end within 1800 s"),
     ],
