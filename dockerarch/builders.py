@@ -216,16 +216,22 @@ def check_engine(node: Node) -> None:
         )  # fmt: skip
 
 
+# An arm64 kernel runs armv7 code itself (AArch32 at EL0, its compat layer), as the real arm64
+# node bench/arm_node boots did (armv7 builds on it, no binfmt there): the QEMU binfmt setups
+# (Debian's qemu-user-binfmt, QEMU's own script) register no arm emulator on an arm64 machine.
+RUNS_ITSELF = {"amd64": {"amd64"}, "aarch64": {"aarch64", "armv7"}, "armv7": {"armv7"}}
+
+
 def machine(info: dict[str, str], arch: str) -> dict[str, object]:
     """What the engine that builds reports of its machine (engine.machine_info), and whether it
-    runs ``arch``'s code natively: its own kernel's architecture (a node that claims a platform
-    its kernel is not runs it under binfmt)."""
+    runs ``arch``'s code natively: its own kernel's architecture, or armv7 on an arm64 kernel (a
+    node that claims a platform its kernel does not run runs it under binfmt)."""
     from dockerarch.targets import ARCH_ALIASES
 
     if "error" in info:
         return dict(info)
-    architecture = info.get("architecture", "").lower()
-    return {**info, "native": ARCH_ALIASES.get(architecture) == ARCH_ALIASES.get(arch)}
+    kernel = ARCH_ALIASES.get(info.get("architecture", "").lower(), "")
+    return {**info, "native": ARCH_ALIASES.get(arch) in RUNS_ITSELF.get(kernel, set())}
 
 
 def check_forced(forced: str, known: list[Node] | None = None) -> Node:

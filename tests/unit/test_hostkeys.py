@@ -191,3 +191,18 @@ def test_a_session_the_node_lost_before_handing_the_result_over_is_named() -> No
     lost = state._session_lost(node, "exporting to client directory")  # type: ignore[arg-type]
     assert "connection to builder node 'armnode' (ssh://pi@127.0.0.1:2259) was lost" in lost.problem
     assert "in its cache" in lost.fix and lost.exit_code == 6
+
+
+def test_the_manifest_says_which_kernel_ran_the_target_s_code_itself() -> None:
+    info = {"architecture": "aarch64", "kernel": "6.12.117+deb13-arm64", "engine": "26.1.5",
+            "os": "Debian GNU/Linux 13 (trixie)"}  # fmt: skip
+    assert builders.machine(info, "aarch64")["native"] is True
+    assert builders.machine(info, "armv7")["native"] is True  # compat: seen on a real node
+    here = {**info, "architecture": "x86_64"}
+    assert builders.machine(here, "aarch64")["native"] is False
+    assert builders.machine(here, "armv7")["native"] is False
+    assert builders.machine(here, "amd64")["native"] is True
+    pi = {**info, "architecture": "armv7l"}
+    assert builders.machine(pi, "armv7")["native"] is True
+    assert builders.machine(pi, "aarch64")["native"] is False
+    assert builders.machine({"error": "down"}, "armv7") == {"error": "down"}
