@@ -29,7 +29,6 @@ from dockerarch.buildsteps.state import (
     DiskFull,
     Engine,
     JobState,
-    NodeLost,
     SmokeFailed,
 )
 
@@ -59,7 +58,6 @@ __all__ = [
     "DiskFull",
     "Engine",
     "JobState",
-    "NodeLost",
     "SmokeFailed",
     "base_ready",
     "build_artifacts",

@@ -39,8 +39,10 @@ RULES = [
 ]  # fmt: skip
 
 
-def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60)
+def _sh(*cmd: str, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60,
+                          env={**os.environ, **(env or {})})  # fmt: skip
 
 
 def _undo_rule(rule: list[str]) -> None:
@@ -163,7 +165,7 @@ def ssh_node() -> Iterator[SshNode]:
             if line.startswith("SSH_")
         )
         try:
-            _sh("env", *(f"{k}={v}" for k, v in agent.items()), "ssh-add", "-q", str(where / "id"))
+            _sh("ssh-add", "-q", str(where / "id"), env=agent)
             deadline = time.monotonic() + 30
             while not (where / "dropbear.pid").exists():
                 if server.poll() is not None or time.monotonic() > deadline:
@@ -173,7 +175,7 @@ def ssh_node() -> Iterator[SshNode]:
             yield SshNode(f"ssh://root@{NODE_IP}", fingerprint, agent, daemon)
         finally:
             stop(server)
-            _sh("env", *(f"{k}={v}" for k, v in agent.items()), "ssh-agent", "-k", check=False)
+            _sh("ssh-agent", "-k", check=False, env=agent)
             _sh("ssh-keygen", "-R", NODE_IP, check=False)
 
 
