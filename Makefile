@@ -22,16 +22,30 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dockerarch
 
+# The suite in two phases. The tests marked serial change what every test shares (they stop the
+# daemons, remove the machine's bases and machine images, prune): they run alone, first. The rest
+# run on $(WORKERS) pytest-xdist workers, each module (or group: tests/conftest.py) whole on one,
+# the longest first: a serial run leaves one of the two cores idle half the time (dpkg under
+# QEMU, a board's boot, pip). "No tests collected" (exit 5) in one phase is fine (-k picks a
+# few); in both it is a failure, with a message.
+WORKERS ?= 2
+define phases
+	@py=$(VENV)/bin/python; \
+	$$py -m pytest -m "serial and ($(1))" $(PYTEST_ARGS); one=$$?; \
+	$$py -m pytest -m "not serial and ($(1))" -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS); two=$$?; \
+	if [ $$one -eq 5 ] && [ $$two -eq 5 ]; then \
+		echo "make: pytest collected no tests, which is a failure here." >&2; exit 1; fi; \
+	for rc in $$one $$two; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
+endef
+
 test: setup lint
-	@$(VENV)/bin/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests, which is a failure here." >&2; exit 1; fi; \
-	exit $$rc
+	$(call phases,integration or not integration)
 
 unit: setup
-	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not integration" -n $(WORKERS) $(PYTEST_ARGS)
 
 integration: setup
-	$(VENV)/bin/python -m pytest -m integration $(PYTEST_ARGS)
+	$(call phases,integration)
 
 stop:
 	scripts/setup-host --stop

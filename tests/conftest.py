@@ -7,12 +7,45 @@ from pathlib import Path
 
 import pytest
 
+# make test's second phase runs on pytest-xdist workers with --dist loadgroup: each group runs
+# whole on one worker (its module fixtures made once), and groups go out in this order, the
+# longest first, so that the workers end together (times: the serial suite's --durations on a
+# 2-core machine). A module is its own group, except these, which share what they serve: the
+# NFS exports' record (test_board, test_board_index boot boards over NFS).
+SHARED_GROUPS = {"integration/test_board_index": "integration/test_board"}
+LONGEST_FIRST = (
+    "integration/test_card",  # ~580 s: three cards made, two boots
+    "integration/test_build",  # ~400 s without its serial tests
+    "integration/test_board",  # ~270 s with test_board_index
+    "integration/test_wheelset",
+    "integration/test_farm",
+    "integration/test_resume",
+    "integration/test_compiler_cache",
+    "integration/test_native_cython",
+    "integration/test_push",
+    "integration/test_native_backend",
+)
 
+
+def _group(item: pytest.Item) -> str:
+    module = f"{item.path.parent.name}/{item.path.stem}"
+    return SHARED_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Everything under tests/integration drives the real engine and is marked so."""
+    """Everything under tests/integration drives the real engine and is marked so; every test is
+    in its module's group (xdist_group), the longest groups first."""
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+    def rank(item: pytest.Item) -> int:
+        group = _group(item)
+        return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
 
 
 def pytest_configure(config: pytest.Config) -> None:

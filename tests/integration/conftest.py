@@ -3,13 +3,14 @@ started. They never skip: a machine that is not set up fails them, saying so."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,10 +43,10 @@ def free_gib_under_docker_root() -> float:
 
 
 def doctor_on_this_disk() -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
-    """`dockerarch doctor --json`, asking for 1 GiB less disk than there is (how much is free is
-    the machine's, and what the suite itself built: the default 10 GiB is proved in
-    test_doctor), and the rows that failed."""
-    room = max(free_gib_under_docker_root() - 1, 0)
+    """`dockerarch doctor --json`, asking for 4 GiB less disk than there is (how much is free is
+    the machine's, and what the suite itself built, the other worker's builds among it, while
+    doctor runs: the default 10 GiB is proved in test_doctor), and the rows that failed."""
+    room = max(free_gib_under_docker_root() - 4, 0)
     done = dockerarch("doctor", "--json", "--min-free-gib", f"{room:.1f}")
     return done, [c for c in json.loads(done.stdout)["checks"] if not c["ok"]]
 
@@ -73,11 +74,36 @@ def _dangling_images() -> set[str]:
     return set(listed.stdout.split()) if listed.returncode == 0 else set()
 
 
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This run's temporary root: under pytest-xdist, the directory every worker's is in."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[], dict[str, str]]
+) -> dict[str, str]:
+    """What ``make`` returns, made once in a run: the first worker to ask makes it, another that
+    asks meanwhile waits for it (a file lock in the run's root), and later ones read it. A
+    ``make`` that fails records nothing (the next to ask fails the same way, on its own)."""
+    root = run_root(tmp_path_factory)
+    record = root / f"{name}.json"
+    with (root / f"{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            made: dict[str, str] = json.loads(record.read_text())
+            return made
+        made = make()
+        record.write_text(json.dumps(made))
+        return made
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _host_is_set_up() -> Iterator[None]:
+def _host_is_set_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fails the run on a machine that is not set up; at its end, removes the images this run
     left untagged (every run retags its test images and rebuilds the farm's), so that runs on one
-    machine do not fill its disk, and leaves every image that was there before alone."""
+    machine do not fill its disk, and leaves every image that was there before alone. Under
+    pytest-xdist the last worker to end does it, from what the first one to start found."""
     answer = subprocess.run(
         ["docker", "version", "--format", "{{.Server.Version}}"],
         capture_output=True, text=True, timeout=30, check=False,
@@ -91,11 +117,26 @@ def _host_is_set_up() -> Iterator[None]:
     # aarch64 build of this run would go to it. Nothing else registers a node of that name.
     subprocess.run([sys.executable, "-m", "dockerarch", "builder", "rm", "testnode"],
                    capture_output=True, timeout=60, check=False)  # fmt: skip
-    before = _dangling_images()
+    root = run_root(tmp_path_factory)
+    workers = root / "workers.json"  # {"running": N, "before": [image ids]}
+    with (root / "workers.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = json.loads(workers.read_text()) if workers.exists() else {"running": 0}
+        if not state["running"]:
+            state["before"] = sorted(_dangling_images())
+        state["running"] += 1
+        workers.write_text(json.dumps(state))
     yield
-    left = sorted(_dangling_images() - before)
-    if left:  # an image still used by a container stays: rmi refuses it, and that is right
-        subprocess.run(["docker", "rmi", *left], capture_output=True, timeout=600, check=False)
+    with (root / "workers.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = json.loads(workers.read_text())
+        state["running"] -= 1
+        workers.write_text(json.dumps(state))
+        if state["running"]:
+            return
+        left = sorted(_dangling_images() - set(state["before"]))
+        if left:  # an image still used by a container stays: rmi refuses it, and that is right
+            subprocess.run(["docker", "rmi", *left], capture_output=True, timeout=600, check=False)
 
 
 CEXT = REPO / "tests" / "fixtures" / "cext"
@@ -105,13 +146,17 @@ CEXT = REPO / "tests" / "fixtures" / "cext"
 def cext_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The C/C++ extension fixture built hybrid for armv7 and aarch64, once per run: its results
     (wheels, manifest.json) and runtime images serve every module that needs a real build."""
-    done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
-    assert done.returncode == 0, done.stderr
-    out = tmp_path_factory.mktemp("cext")
-    done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
-                      "--out", str(out), timeout=3600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+
+    def make() -> dict[str, str]:
+        done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
+        assert done.returncode == 0, done.stderr
+        out = tmp_path_factory.mktemp("cext")
+        done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
+                          "--out", str(out), timeout=3600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {"out": str(out)}
+
+    return Path(once_per_run(tmp_path_factory, "cext_dist", make)["out"])
 
 
 @pytest.fixture(scope="session")
@@ -119,13 +164,20 @@ def demo_dist(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The demo's build (zstandard 0.23.0's sdist, hybrid, armv7 and aarch64), once per run."""
-    done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
-    assert done.returncode == 0, done.stderr
-    out = tmp_path_factory.mktemp("dist")
-    done = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch",
-                      "armv7,aarch64", "--out", str(out), timeout=5400)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, done
+
+    def make() -> dict[str, str]:
+        done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
+        assert done.returncode == 0, done.stderr
+        out = tmp_path_factory.mktemp("dist")
+        done = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch",
+                          "armv7,aarch64", "--out", str(out), timeout=5400)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {"out": str(out), "stdout": done.stdout, "stderr": done.stderr}
+
+    made = once_per_run(tmp_path_factory, "demo_dist", make)
+    done = subprocess.CompletedProcess(["dockerarch", "build", "wheel"], 0, made["stdout"],
+                                       made["stderr"])  # fmt: skip
+    return Path(made["out"]), done
 
 
 FIDELITY_LAYER = r"""

@@ -92,6 +92,7 @@ def _image(tag: str) -> tuple[str, str]:
     return image, inputs
 
 
+@pytest.mark.serial  # --refresh: the base other builds start from is made again
 def test_two_bootstraps_of_the_same_inputs_give_the_same_image(bootstrapped: str) -> None:
     """SOURCE_DATE_EPOCH defaults to the archive's Release date, so rebuilding from the same
     archive state reproduces the image bit for bit (amd64: the quickest to bootstrap). The

@@ -105,6 +105,7 @@ def test_demo_build_lands_verified_wheels(
     assert not [p for p in (out / target).iterdir() if p.name.startswith(".")], "temporary left"
 
 
+@pytest.mark.serial  # --no-cache: the demo's runtime image, which other tests export, made again
 def test_the_same_sdist_builds_to_the_same_wheel_byte_for_byte(
     demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -470,11 +471,15 @@ def test_bad_build_input_is_a_clear_error(args: list[str], message: str, tmp_pat
 
 
 @pytest.fixture
-def node(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A second dockerd in its own network namespace, reached over ssh as a real node is (a key
     in an ssh-agent, the login key only), registered as builder node `testnode`: first refused,
-    its host key not known (no trust on first use), then added with the fingerprint pinned."""
-    dockerarch("builder", "rm", "testnode")  # left registered by a run killed mid-test, if any
+    its host key not known (no trust on first use), then added with the fingerprint pinned.
+    Registered in a docker configuration of the test's own (DOCKER_CONFIG, where docker keeps
+    its contexts): the builds other tests run meanwhile do not see the node."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path_factory.mktemp("docker-config")))
     with ssh_node() as standin:
         for variable, value in standin.agent.items():
             monkeypatch.setenv(variable, value)
@@ -575,6 +580,7 @@ def test_a_node_that_does_not_answer_fails_unless_fallback(
     assert "testnode" not in dockerarch("builder", "ls").stdout
 
 
+@pytest.mark.serial  # removes a machine image other builds use
 def test_a_missing_base_is_bootstrapped_while_the_toolchain_image_is_made(tmp_path: Path) -> None:
     """A build whose target base is missing makes it itself (as make demo's does on a fresh
     machine), in the background: the toolchain image needs only the amd64 base, so it is made
@@ -645,6 +651,7 @@ def _forget(repository: str) -> None:
         )
 
 
+@pytest.mark.serial  # removes a machine image other builds use
 def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> None:
     """--no-cache: every step runs and every cache mount starts empty, so the package lists are
     fetched by the x86-64 apt of the package-lists stage, and each emulated apt step installs
@@ -733,6 +740,7 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     assert lines[3:] == ["armhf"], lines
 
 
+@pytest.mark.serial  # removes a machine image other builds use
 def test_a_machine_without_the_toolchain_image_pulls_it_from_the_team_registry(
     tmp_path: Path,
 ) -> None:

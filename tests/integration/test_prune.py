@@ -16,6 +16,9 @@ import pytest
 
 from .conftest import dockerarch
 
+# prune removes the machine images its record does not hold: one another test makes meanwhile
+# would be among them. make test runs these alone.
+pytestmark = pytest.mark.serial
 AMD64_BASE = "dockerarch/base/debian-amd64:bookworm"
 STALE = f"dockerarch/toolchain:test-prune-gcc0-{os.getpid()}"  # a tag of the amd64 base's
 BUSY = f"dockerarch/runtime-base:test-prune-busy-{os.getpid()}"  # an image of its own

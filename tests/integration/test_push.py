@@ -322,6 +322,7 @@ def index_of_auth(reg: Registry, auth: str) -> tuple[str, list[str]]:
 # --- boards: pulls and archives (last: they remove the local images and put them back) ----------
 
 
+@pytest.mark.serial  # removes the runtime images other tests run
 def test_boards_pull_the_index_and_run_it(
     published: tuple[subprocess.CompletedProcess[str], Path], plain: Registry, built: Path
 ) -> None:
@@ -348,6 +349,7 @@ def test_boards_pull_the_index_and_run_it(
         subprocess.run(["docker", "image", "rm", f"{repo}:1.0.0"], check=True, capture_output=True)
 
 
+@pytest.mark.serial  # removes the runtime images other tests run
 def test_archives_load_on_an_engine_without_the_image(
     built: Path, plain: Registry, tmp_path: Path
 ) -> None:

@@ -21,7 +21,9 @@ import pytest
 from dockerarch import engine
 from tests.integration.conftest import dockerarch
 
-pytestmark = pytest.mark.integration
+# it prunes what one build added to BuildKit's cache: what another test's build added meanwhile
+# would be among it. make test runs these alone.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cext"
 NAMESPACE = "dockerarch-test"

@@ -14,9 +14,13 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO, dockerarch, doctor_on_this_disk
 
 SETUP = str(REPO / "scripts" / "setup-host")
+# setup-host --stop stops the daemons every other test uses: make test runs these alone.
+pytestmark = pytest.mark.serial
 STATE = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
 
 
