@@ -10,20 +10,26 @@ import pytest
 # make test's second phase runs on pytest-xdist workers with --dist loadgroup: each group runs
 # whole on one worker (its module fixtures made once), and groups go out in this order, the
 # longest first, so that the workers end together (times: the serial suite's --durations on a
-# 2-core machine). A module is its own group, except these, which share what they serve: the
-# NFS exports' record (test_board, test_board_index boot boards over NFS).
-SHARED_GROUPS = {"integration/test_board_index": "integration/test_board"}
+# 2-core machine). A module is its own group, except those that make or serve what the others
+# of their group do too: the NFS exports' record (test_board, test_board_index boot boards over
+# NFS), the requirements set's image (dockerarch/requirements:set-TARGET: `build wheel -r
+# requirements.txt` in each of test_wheelset, test_context_transfer, test_native_backend).
+SHARED_GROUPS = {
+    "integration/test_board_index": "integration/test_board",
+    "integration/test_context_transfer": "integration/test_wheelset",
+    "integration/test_native_backend": "integration/test_wheelset",
+}
 LONGEST_FIRST = (
     "integration/test_card",  # ~580 s: three cards made, two boots
-    "integration/test_build",  # ~400 s without its serial tests
+    "integration/test_wheelset",  # ~440 s with test_context_transfer and test_native_backend
+    "integration/test_build",  # ~350 s without its serial tests
     "integration/test_board",  # ~270 s with test_board_index
-    "integration/test_wheelset",
     "integration/test_farm",
     "integration/test_resume",
     "integration/test_compiler_cache",
     "integration/test_native_cython",
     "integration/test_push",
-    "integration/test_native_backend",
+    "integration/test_native_backend32",
 )
 
 

@@ -168,6 +168,18 @@ except ValueError as exc:
 """
 
 
+def own_copy(source: Path, name: str, **copy: object) -> Path:
+    """The extension fixture copied to ``source`` under a project name of its own: what a test
+    builds from a changed copy gets images and results of its own, and the tests running
+    meanwhile (make test's other worker) keep the fixture's dockerarch_tinyext images."""
+    shutil.copytree(CEXT, source, **copy)  # type: ignore[arg-type]
+    project = source / "pyproject.toml"
+    project.write_text(
+        project.read_text().replace('name = "dockerarch-tinyext"', f'name = "{name}"')
+    )
+    return source
+
+
 def run_cext(image: str, platform: str) -> list[str]:
     ran = subprocess.run(["docker", "run", "--rm", "--platform", platform, image, "python3", "-c", TRY_CEXT],
                          capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
@@ -301,8 +313,7 @@ def test_plain_emulation_builds_the_same_extension(
     conf = tmp_path / "pip.conf"
     conf.write_text(f"[global]\nextra-index-url = {index}\n")
     # a tree no build has compiled: the step that fetches runs (secrets are not in the cache key)
-    source = tmp_path / "cext"
-    shutil.copytree(CEXT, source)
+    source = own_copy(tmp_path / "cext", "dockerarch-plainext")
     with (source / "tinyext.c").open("a") as c:
         c.write(f"/* {time.time_ns()} */\n")
     done = dockerarch("build", "wheel", "--package", str(source), "--arch", "aarch64", "--accel", "none",
@@ -310,7 +321,7 @@ def test_plain_emulation_builds_the_same_extension(
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"indexes for the build, from {conf}" in done.stderr, done.stderr[-3000:]
     assert "/simple/setuptools/" in asked, asked
-    result = tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0"
+    result = tmp_path / "debian-aarch64" / "dockerarch_plainext-1.0.0"
     data = manifest(result)
     assert data["accel"] == "qemu" and data["hybrid"] is None
     assert data["smoke"] == "imported tinyext tinyhelp tinyxx"
@@ -326,7 +337,10 @@ def test_plain_emulation_builds_the_same_extension(
     (plain,) = result.glob("*.whl")
     (hybrid,) = (cext / "debian-aarch64" / "dockerarch_tinyext-1.0.0").glob("*.whl")
     with zipfile.ZipFile(plain) as a, zipfile.ZipFile(hybrid) as b:
-        assert sorted(a.namelist()) == sorted(b.namelist())
+        names = sorted(
+            n.replace("dockerarch_plainext-", "dockerarch_tinyext-") for n in a.namelist()
+        )
+        assert names == sorted(b.namelist())
 
 
 def test_verify_rejects_wrong_arch_and_too_new_glibc(cext: Path) -> None:
@@ -519,8 +533,8 @@ def test_native_node_builds_its_platform(
 
     # the C extension alone: the stand-in node is an x86-64 engine, its "native" arm64 build
     # runs under QEMU (g++ over Python.h there took a minute of the suite)
-    source = tmp_path / "cext"
-    shutil.copytree(CEXT, source, ignore=shutil.ignore_patterns("tinyxx.cpp"))
+    source = own_copy(tmp_path / "cext", "dockerarch-nodeext",
+                      ignore=shutil.ignore_patterns("tinyxx.cpp"))  # fmt: skip
     (source / "setup.py").write_text(
         "from setuptools import Extension, setup\n\n"
         'setup(py_modules=["tinyhelp"], ext_modules=[Extension("tinyext", sources=["tinyext.c"])])\n'
@@ -529,7 +543,7 @@ def test_native_node_builds_its_platform(
                       "--out", str(tmp_path / "dist"), timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     tmp_path = tmp_path / "dist"
-    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_tinyext-1.0.0")
+    data = manifest(tmp_path / "debian-aarch64" / "dockerarch_nodeext-1.0.0")
     builder = data["builder"]
     assert (builder["name"], builder["endpoint"]) == ("testnode", endpoint)  # type: ignore[index]
     # the stand-in's kernel is this machine's: what it built, it ran under binfmt, and says so
@@ -543,11 +557,11 @@ def test_native_node_builds_its_platform(
     # The base was copied there, and the build and its runtime image exist only there.
     on_node = images_on(endpoint)
     assert "dockerarch/base/debian-aarch64:bookworm" in on_node
-    assert "dockerarch/dockerarch_tinyext:1.0.0-debian-aarch64" in on_node
+    assert "dockerarch/dockerarch_nodeext:1.0.0-debian-aarch64" in on_node
     assert "dockerarch/base/debian-armv7:bookworm" not in on_node
     # armv7 is not the node's platform: it built locally, in the same run.
     assert (
-        manifest(tmp_path / "debian-armv7" / "dockerarch_tinyext-1.0.0")["builder"]["name"]
+        manifest(tmp_path / "debian-armv7" / "dockerarch_nodeext-1.0.0")["builder"]["name"]
         == "local"
     )  # type: ignore[index]
 
