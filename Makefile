@@ -32,7 +32,7 @@ WORKERS ?= 2
 define phases
 	@py=$(VENV)/bin/python; \
 	$$py -m pytest -m "serial and ($(1))" $(PYTEST_ARGS); one=$$?; \
-	$$py -m pytest -m "not serial and ($(1))" -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS); two=$$?; \
+	$$py -m pytest -m "not serial and ($(1))" -n $(WORKERS) --dist loadscope $(PYTEST_ARGS); two=$$?; \
 	if [ $$one -eq 5 ] && [ $$two -eq 5 ]; then \
 		echo "make: pytest collected no tests, which is a failure here." >&2; exit 1; fi; \
 	for rc in $$one $$two; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-# make test's second phase runs on pytest-xdist workers with --dist loadgroup: each group runs
-# whole on one worker (its module fixtures made once), and groups go out in this order, the
-# longest first, so that the workers end together (times: the serial suite's --durations on a
-# 2-core machine). A module is its own group, except those that make or serve what the others
-# of their group do too: the NFS exports' record (test_board, test_board_index boot boards over
-# NFS), the requirements set's image (dockerarch/requirements:set-TARGET: `build wheel -r
-# requirements.txt` in each of test_wheelset, test_context_transfer, test_native_backend).
+# make test's second phase runs on pytest-xdist workers. Each group runs whole on one worker (its
+# module fixtures made once; pytest_xdist_make_scheduler below), and groups go out in this
+# order, the longest first, so that the workers end together (times: the serial suite's
+# --durations on a 2-core machine). A module is its own group, except those that make or serve
+# what the others of their group do too: the NFS exports' record and rpcbind's lock in /run
+# (test_board, test_board_index boot boards over NFS), the requirements set's image
+# (dockerarch/requirements:set-TARGET: `build wheel -r requirements.txt` in each of
+# test_wheelset, test_context_transfer, test_native_backend).
 SHARED_GROUPS = {
     "integration/test_board_index": "integration/test_board",
     "integration/test_context_transfer": "integration/test_wheelset",
@@ -33,25 +34,38 @@ LONGEST_FIRST = (
 )
 
 
-def _group(item: pytest.Item) -> str:
-    module = f"{item.path.parent.name}/{item.path.stem}"
+def _group(path: str) -> str:
+    """The group of the module at ``path`` (a node id's file part, or a file's path)."""
+    module = "/".join(Path(path).with_suffix("").parts[-2:])
     return SHARED_GROUPS.get(module, module)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Everything under tests/integration drives the real engine and is marked so; every test is
-    in its module's group (xdist_group), the longest groups first."""
+    """Everything under tests/integration drives the real engine and is marked so; the longest
+    groups first (the order the workers take them in)."""
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
     def rank(item: pytest.Item) -> int:
-        group = _group(item)
+        group = _group(str(item.path))
         return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: each module's tests keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's load-by-scope scheduling, a scope being a group above (xdist's own loadgroup marks
+    groups by rewriting node ids, which pytest 9 no longer lets it do)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid.split("::", 1)[0])
+
+    return ByGroup(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -21,6 +21,10 @@ import pytest
 
 from .conftest import dockerarch
 
+# unchanged_host compares the machine's whole mount table and loop devices before and after a
+# test: what the other worker's tests mount meanwhile (network namespaces, NFS exports, chroots)
+# would be among the difference. make test runs these alone.
+pytestmark = pytest.mark.serial
 MiB = 1 << 20
 BOOT_MB, ROOT_MB = 32, 400
 STATE_DIR = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
