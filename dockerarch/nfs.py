@@ -227,8 +227,12 @@ def _ensure_rpcbind(folder: Path) -> None:
         if _answers(111):
             return
         time.sleep(0.1)
-    raise CommandFailedError("rpcbind did not start listening on port 111 within 5 s",
-                             fix="Check that nothing else holds port 111 here.")  # fmt: skip
+    raise CommandFailedError(
+        "rpcbind did not start listening on port 111 within 5 s",
+        fix="Check that nothing else holds port 111 here, and that no other rpcbind runs on this "
+        "machine (pgrep -a rpcbind): it takes /run/rpcbind.lock, whatever network namespace it "
+        "runs in, and a second one exits.",
+    )
 
 
 def check_client(client: str) -> None:

@@ -209,6 +209,9 @@ def test_c_and_cxx_extensions_build_hybrid_and_run_on_both_arches(arch: str, cex
     ]  # type: ignore[index]
 
 
+# serial: it reads the fixture build's log, whose runtime invocation listed the toolchain stage
+# when the other worker's builds ran at the same time (once, under xdist; not yet understood)
+@pytest.mark.serial
 @pytest.mark.parametrize("arch", sorted(TARGETS))
 def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: Path) -> None:
     target, platform, _, _ = TARGETS[arch]
