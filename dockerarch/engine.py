@@ -627,20 +627,32 @@ def run_in_image(
 
 
 def copy_image(reference: str, to_context: str) -> None:
-    """Copy a local image to the engine of a docker context (save | load): native nodes get
-    the base without a registry both can reach."""
-    from python_on_whales.exceptions import DockerException
-
+    """Copy a local image to the engine of a docker context (`docker save | docker load`): native
+    nodes get the base without a registry both can reach. Each side's stderr is kept: a node
+    whose disk fills mid-copy ends its load ("no space left on device"), and that is the error,
+    not the broken pipe the save then meets."""
+    save_argv = [*client().client_config.docker_cmd, "save", reference]
+    load_argv = [*client(to_context).client_config.docker_cmd, "load", "--quiet"]
     try:
-        saved = client().image.save(reference)
-        if saved is None:
-            raise EngineError(f"'docker save {reference}' gave no data")
-        client(to_context).image.load(saved)
-    except DockerException as exc:
+        save = subprocess.Popen(save_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise EngineError(f"Cannot run docker: {exc}", fix=START_HINT) from exc
+    assert save.stdout is not None and save.stderr is not None
+    try:
+        load = subprocess.run(load_argv, stdin=save.stdout, capture_output=True, check=False)
+    finally:
+        save.stdout.close()  # the save gets SIGPIPE if the load ended first
+        saved_error = save.stderr.read()
+        save.wait()
+    said = [f"{side}: {' '.join(text.decode(errors='replace').split())[:300] or f'code {code}'}"
+            for side, code, text in (("docker save", save.returncode, saved_error),
+                                     ("docker load there", load.returncode, load.stderr))
+            if code != 0]  # fmt: skip
+    if said:
         raise EngineError(
-            f"Copying {reference} to builder node '{to_context}' failed: {_whales_error(exc)}",
+            f"Copying {reference} to builder node '{to_context}' failed: {'; '.join(said)}",
             fix="Check the node answers (dockerarch builder ls).",
-        ) from exc
+        )
 
 
 def image_platform(reference: str) -> str:
