@@ -644,10 +644,12 @@ def copy_image(reference: str, to_context: str) -> None:
         save.stdout.close()  # the save gets SIGPIPE if the load ended first
         saved_error = save.stderr.read()
         save.wait()
-    said = [f"{side}: {' '.join(text.decode(errors='replace').split())[:300] or f'code {code}'}"
-            for side, code, text in (("docker save", save.returncode, saved_error),
-                                     ("docker load there", load.returncode, load.stderr))
-            if code != 0]  # fmt: skip
+    said = []
+    for side, code, text in (("docker save", save.returncode, saved_error),
+                             ("docker load there", load.returncode, load.stderr)):  # fmt: skip
+        if code != 0:
+            words = " ".join(text.decode(errors="replace").split())[:300]
+            said.append(f"{side}: {words or f'exit code {code}'}")
     if said:
         raise EngineError(
             f"Copying {reference} to builder node '{to_context}' failed: {'; '.join(said)}",

@@ -40,7 +40,6 @@ def _group(path: str) -> str:
     return SHARED_GROUPS.get(module, module)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Everything under tests/integration drives the real engine and is marked so; the longest
     groups first (the order the workers take them in)."""

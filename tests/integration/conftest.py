@@ -113,10 +113,6 @@ def _host_is_set_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             "No Docker daemon answers: run scripts/setup-host (make test does) before the "
             f"integration tests.\n{answer.stderr}"
         )
-    # a run killed mid-test leaves the stand-in node registered (and its dockerd running): every
-    # aarch64 build of this run would go to it. Nothing else registers a node of that name.
-    subprocess.run([sys.executable, "-m", "dockerarch", "builder", "rm", "testnode"],
-                   capture_output=True, timeout=60, check=False)  # fmt: skip
     root = run_root(tmp_path_factory)
     workers = root / "workers.json"  # {"running": N, "before": [image ids]}
     with (root / "workers.lock").open("a") as lock:
@@ -142,18 +138,28 @@ def _host_is_set_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 CEXT = REPO / "tests" / "fixtures" / "cext"
 
 
+def bootstrapped_build(
+    tmp_path_factory: pytest.TempPathFactory, folder: str, package: str, arch: str,
+    timeout: float = 3600,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:  # fmt: skip
+    """``package`` built for ``arch`` into a new temporary ``folder``, its bases bootstrapped
+    first (cached when there): the results, and the build's command."""
+    done = dockerarch("base", "bootstrap", "--arch", arch, "--no-push", timeout=3600)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path_factory.mktemp(folder)
+    done = dockerarch("build", "wheel", "--package", package, "--arch", arch, "--out", str(out),
+                      timeout=timeout)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
 @pytest.fixture(scope="session")
 def cext_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The C/C++ extension fixture built hybrid for armv7 and aarch64, once per run: its results
     (wheels, manifest.json) and runtime images serve every module that needs a real build."""
 
     def make() -> dict[str, str]:
-        done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
-        assert done.returncode == 0, done.stderr
-        out = tmp_path_factory.mktemp("cext")
-        done = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7,aarch64",
-                          "--out", str(out), timeout=3600)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
+        out, _ = bootstrapped_build(tmp_path_factory, "cext", str(CEXT), "armv7,aarch64")
         return {"out": str(out)}
 
     return Path(once_per_run(tmp_path_factory, "cext_dist", make)["out"])
@@ -166,12 +172,8 @@ def demo_dist(
     """The demo's build (zstandard 0.23.0's sdist, hybrid, armv7 and aarch64), once per run."""
 
     def make() -> dict[str, str]:
-        done = dockerarch("base", "bootstrap", "--arch", "armv7,aarch64", "--no-push", timeout=3600)
-        assert done.returncode == 0, done.stderr
-        out = tmp_path_factory.mktemp("dist")
-        done = dockerarch("build", "wheel", "--package", "zstandard==0.23.0", "--arch",
-                          "armv7,aarch64", "--out", str(out), timeout=5400)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
+        out, done = bootstrapped_build(tmp_path_factory, "dist", "zstandard==0.23.0",
+                                       "armv7,aarch64", timeout=5400)  # fmt: skip
         return {"out": str(out), "stdout": done.stdout, "stderr": done.stderr}
 
     made = once_per_run(tmp_path_factory, "demo_dist", make)

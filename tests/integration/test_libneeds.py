@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from .conftest import dockerarch
+from .conftest import bootstrapped_build, dockerarch
 
 PYPROJECT = """\
 [build-system]
@@ -63,12 +63,7 @@ def omp_build(
         "omp_demo.c": SOURCE,
     }.items():
         (project / name).write_text(text)
-    done = dockerarch("base", "bootstrap", "--arch", "armv7", "--no-push", timeout=3600)
-    assert done.returncode == 0, done.stderr
-    out = tmp_path_factory.mktemp("dist")
-    done = dockerarch("build", "wheel", "--package", str(project), "--arch", "armv7",
-                      "--out", str(out), timeout=3600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    out, done = bootstrapped_build(tmp_path_factory, "dist", str(project), "armv7")
     return out, done, project
 
 
