@@ -57,8 +57,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's load-by-scope scheduling, a scope being a group above (xdist's own loadgroup marks
-    groups by rewriting node ids, which pytest 9 no longer lets it do)."""
+    groups by rewriting node ids, which pytest 9 no longer lets it do), handed out in the order
+    of the collection (LONGEST_FIRST): xdist's default sorts scopes by their number of tests,
+    which sent the unit modules out first and the card's module (a dozen tests, 12 minutes)
+    whenever its turn came."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

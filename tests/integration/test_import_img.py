@@ -21,10 +21,6 @@ import pytest
 
 from .conftest import dockerarch
 
-# unchanged_host compares the machine's whole mount table and loop devices before and after a
-# test: what the other worker's tests mount meanwhile (network namespaces, NFS exports, chroots)
-# would be among the difference. make test runs these alone.
-pytestmark = pytest.mark.serial
 MiB = 1 << 20
 BOOT_MB, ROOT_MB = 32, 400
 STATE_DIR = Path(os.environ.get("DOCKERARCH_STATE_DIR", "/var/lib/dockerarch"))
@@ -153,22 +149,26 @@ def tar_of(image: str, platform: str, *paths: str) -> dict[str, tarfile.TarInfo]
         return {m.name: m for m in tar.getmembers()}
 
 
-def host_state() -> tuple[str, list[str]]:
-    """Loop devices, and mounts other than the ones the engine makes for running containers."""
+def host_state(where: Path) -> tuple[str, list[str]]:
+    """The machine's loop devices (nothing but an import makes any), and the mounts where an
+    import could leave one: under its work directories (STATE_DIR/sdcard-*) and this run's
+    temporary trees (``where``). Mounts elsewhere are other tests' (make test's other worker
+    mounts network namespaces, chroots, a stand-in node's engine meanwhile)."""
     loops = sh("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").stdout
     mounts = [line.split(" - ")[0].split(" ", 5)[4] for line in
               Path("/proc/self/mountinfo").read_text().splitlines()]  # fmt: skip
-    engine = ("/var/lib/docker/", "/run/docker/", "/var/run/docker/")
-    return loops, sorted(m for m in mounts if not m.startswith(engine))
+    ours = (f"{STATE_DIR}/sdcard-", f"{where.resolve()}/")
+    return loops, sorted(m for m in mounts if m.startswith(ours))
 
 
 @pytest.fixture
-def unchanged_host() -> Iterator[None]:
+def unchanged_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """No loop device, mount or work directory is left behind by the test."""
-    before = host_state()
+    where = tmp_path_factory.getbasetemp()
+    before = host_state(where)
     leftovers = set(STATE_DIR.glob("sdcard-*"))
     yield
-    assert host_state() == before
+    assert host_state(where) == before
     assert set(STATE_DIR.glob("sdcard-*")) == leftovers
 
 
