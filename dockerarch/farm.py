@@ -223,12 +223,15 @@ NATIVE_TREE = "/usr/lib/dockerarch"  # in a native build's build-tools stage (na
 
 def probe_command(servers: Sequence[FarmServer], triplet: str, tree: str = TOOLCHAIN_TREE) -> str:
     """Shell, run in a build's toolchain stage (amd64, with its distcc and compilers under their
-    farm names; ``tree`` is where they are), that compiles a probe on each server alone with no
-    fallback: 'digest D' first, then 'server ADDRESS CODE' and distcc's errors ('why ADDRESS
-    TEXT') per server."""
+    farm names; ``tree`` is where they are, the x86-64 libraries collected with them beside it:
+    the toolchain image holds the tree, not the packages it was collected from), that compiles
+    a probe on each server alone with no fallback: 'digest D' first, then 'server ADDRESS CODE'
+    and distcc's errors ('why ADDRESS TEXT') per server."""
+    libs = tree.removesuffix("/usr/lib/dockerarch") + "/usr/lib/x86_64-linux-gnu"
     lines = [
         "set -u",
         f"tree={tree}",
+        f"export LD_LIBRARY_PATH={libs}",
         'digest=$(cat "$tree/toolchain-id")',
         'echo "digest $digest"',
         "printf 'int dockerarch_farm_probe(int x) { return x + 1; }\\n' > /tmp/probe.c",

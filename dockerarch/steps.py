@@ -45,6 +45,7 @@ def describe(title: str, *, subject: str = "") -> str:
     stage, command = match.group("stage"), match.group("command")
     words = _describe(stage, command, subject or "it")
     where = {
+        "toolchain-tree": "native toolchain: ",
         "toolchain-stage": "native toolchain: ",
         "native-python-stage": "native Python: ",
         "package-lists": "native apt: ",
@@ -57,6 +58,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
     if verb == "FROM":
         return "base image"
     if verb == "COPY":
+        if "--from=toolchain-tree" in rest:
+            return "taking the collected tree"
         if "--from=toolchain" in rest:
             return "grafting the native cross compiler"
         if "--from=sources" in rest:
@@ -89,6 +92,8 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return f"package lists for {lists.group('arch')}"
     if "--target /opt/dockerarch-uv" in body:
         return "installing uv"
+    if "/opt/dockerarch-uv/bin/uv" in body:
+        return "linking uv"
     collect = _COLLECT.search(body)
     if collect:
         return f"collecting gcc {collect.group('gcc')} for {collect.group('triplet')}"

@@ -12,10 +12,12 @@ from pathlib import Path
 from dockerarch.accel.decision import CONTEXT_DIR
 
 # The stages a hybrid build takes from this machine's toolchain image (buildsteps.toolchain_image)
-# in place of building them: the x86-64 Python of the emulated stages' installs, and the cross
-# toolchain. The layout's stages `native-python` and `toolchain` are FROM the image named by
-# these build arguments, or by default the stages built in the same Dockerfile.
-NATIVE_STAGES = ("native-python-stage", "toolchain-stage")
+# in place of building them: the x86-64 Python of the emulated stages' installs, the cross
+# toolchain's tree collected from its packages, and the image's own stage (the Python and the
+# tree: the last, the one the image is made of). The layout's stages `native-python` and
+# `toolchain` are FROM the image named by these build arguments, or by default the stages built
+# in the same Dockerfile.
+NATIVE_STAGES = ("native-python-stage", "toolchain-tree", "toolchain-stage")
 NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 
 

@@ -61,9 +61,12 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
         for t in _titles(_dockerfile("wheel", "debian-armv7", "hybrid"))
     ]
     # every native driver (make, cmake, ninja-build) and python3-yaml: one toolchain per target
-    assert "native toolchain: apt: 14 packages" in said
+    assert "native toolchain: apt: 13 packages" in said
     assert "native toolchain: installing uv" in said
     assert "native toolchain: collecting gcc 12 for arm-linux-gnueabihf" in said
+    # the image's own stage: the collected tree on the native Python, not the packages
+    assert "native toolchain: taking the collected tree" in said
+    assert "native toolchain: linking uv" in said
     assert "fetching zstandard==0.23.0 from the index" in said
     assert "grafting the native cross compiler" in said
     assert "checking the grafted compiler, the native build driver" in said
@@ -72,7 +75,7 @@ def test_the_wheel_recipes_steps_say_what_they_do() -> None:
     assert any(re.fullmatch(r"apt: \d+ packages", s) for s in said)
     # python3 and python3-pip, installed by apt-install (its two paths are not packages)
     assert "runtime packages: apt: 2 packages" in said
-    assert "native Python: apt: 2 packages" in said  # python3, python3-pyelftools
+    assert "native Python: apt: 3 packages" in said  # python3, pyelftools, packaging
     assert "native apt: package lists for armhf" in said
 
 

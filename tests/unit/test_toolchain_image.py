@@ -225,9 +225,12 @@ FROM --platform=linux/amd64 base AS native-python-stage
 RUN apt-get install python3
 
 # a comment that moves
-FROM native-python-stage AS toolchain-stage
+FROM native-python-stage AS toolchain-tree
 RUN apt-get install gcc-arm-linux-gnueabihf
 RUN sh /dockerarch/collect-toolchain
+
+FROM native-python-stage AS toolchain-stage
+COPY --from=toolchain-tree /toolchain/ /toolchain/
 
 FROM --platform=linux/amd64 ${DOCKERARCH_TOOLCHAIN} AS toolchain
 
@@ -252,6 +255,7 @@ def test_the_key_follows_what_the_native_stages_are_made_from(tmp_path: Path) ->
     # The packages, another base, a script of the context: another image.
     assert key(tmp_path, DOCKERFILE.replace("gcc-arm", "g++-arm")) != first
     assert key(tmp_path, DOCKERFILE.replace("python3", "python3 python3-yaml")) != first
+    assert key(tmp_path, DOCKERFILE.replace("/toolchain/ /toolchain/", "/toolchain/ /")) != first
     assert key(tmp_path, base="sha256:" + "3" * 64) != first
     (scripts / "collect-toolchain").write_text("echo two\n")
     assert key(tmp_path) != first
@@ -280,8 +284,9 @@ def test_the_key_s_files_are_what_the_native_stages_read() -> None:
 
 
 def test_a_dockerfile_without_the_stages_has_no_key(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no stage toolchain-stage"):
-        key(tmp_path, DOCKERFILE.replace("AS toolchain-stage", "AS tools"))
+    for stage in accel.NATIVE_STAGES:
+        with pytest.raises(ValueError, match=f"no stage {stage}"):
+            key(tmp_path, DOCKERFILE.replace(f"AS {stage}\n", "AS tools\n"))
 
 
 def test_the_runtime_base_is_made_while_the_toolchain_image_is(tmp_path: Path) -> None:
