@@ -9,8 +9,8 @@ import pytest
 
 # make test's second phase runs on pytest-xdist workers. Each group runs whole on one worker (its
 # module fixtures made once; pytest_xdist_make_scheduler below), and groups go out in this
-# order, the longest first, so that the workers end together (times: the serial suite's
-# --durations on a 2-core machine). A module is its own group, except those that make or serve
+# order, the longest first, so that the workers end together (times: the phase's --durations on
+# a 2-core machine). A module is its own group, except those that make or serve
 # what the others of their group do too: the NFS exports' record and rpcbind's lock in /run
 # (test_board, test_board_index boot boards over NFS), the requirements set's image
 # (dockerarch/requirements:set-TARGET: `build wheel -r requirements.txt` in each of
@@ -20,17 +20,19 @@ SHARED_GROUPS = {
     "integration/test_context_transfer": "integration/test_wheelset",
     "integration/test_native_backend": "integration/test_wheelset",
 }
-LONGEST_FIRST = (
-    "integration/test_card",  # ~580 s: three cards made, two boots
-    "integration/test_wheelset",  # ~440 s with test_context_transfer and test_native_backend
-    "integration/test_build",  # ~350 s without its serial tests
-    "integration/test_board",  # ~270 s with test_board_index
-    "integration/test_farm",
-    "integration/test_resume",
-    "integration/test_compiler_cache",
-    "integration/test_native_cython",
-    "integration/test_push",
-    "integration/test_native_backend32",
+LONGEST_FIRST = (  # seconds in make test's second phase, 2026-11-30 (both workers busy)
+    "integration/test_wheelset",  # 1170 with test_native_backend and test_context_transfer
+    "integration/test_card",  # 1118: three cards made, two boots
+    "integration/test_build",  # 755 without its serial tests
+    "integration/test_farm",  # 438
+    "integration/test_resume",  # 415
+    "integration/test_native_cython",  # 244
+    "integration/test_board",  # 202 with test_board_index
+    "integration/test_push",  # 178
+    "integration/test_compiler_cache",  # 177
+    "integration/test_install",  # 108
+    "integration/test_native_backend32",  # 104
+    "integration/test_import_img",  # ~90 (phase 1 until then)
 )
 
 
