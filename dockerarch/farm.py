@@ -227,11 +227,11 @@ def probe_command(servers: Sequence[FarmServer], triplet: str, tree: str = TOOLC
     the toolchain image holds the tree, not the packages it was collected from), that compiles
     a probe on each server alone with no fallback: 'digest D' first, then 'server ADDRESS CODE'
     and distcc's errors ('why ADDRESS TEXT') per server."""
-    libs = tree.removesuffix("/usr/lib/dockerarch") + "/usr/lib/x86_64-linux-gnu"
+    root = tree.removesuffix(NATIVE_TREE)  # "" for a tree in place at /
     lines = [
         "set -u",
         f"tree={tree}",
-        f"export LD_LIBRARY_PATH={libs}",
+        *([f"export LD_LIBRARY_PATH={root}/usr/lib/x86_64-linux-gnu"] if root else []),
         'digest=$(cat "$tree/toolchain-id")',
         'echo "digest $digest"',
         "printf 'int dockerarch_farm_probe(int x) { return x + 1; }\\n' > /tmp/probe.c",

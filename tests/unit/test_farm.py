@@ -107,6 +107,9 @@ def test_the_probe_names_the_compiler_by_the_toolchain_digest() -> None:
     assert 'dockerarch-$(echo "$digest" | cut -c1-16)-arm-linux-gnueabihf-gcc' in command
     # the toolchain image holds the collected tree and its x86-64 libraries, not the packages
     assert "export LD_LIBRARY_PATH=/toolchain/usr/lib/x86_64-linux-gnu\n" in command
+    # a native build's tree is in place at /: the system's own libraries
+    native = farm.probe_command([FarmServer("10.0.0.5")], "x86_64-linux-gnu", farm.NATIVE_TREE)
+    assert "LD_LIBRARY_PATH" not in native
     assert farm.compiler_name("ab" * 32, "aarch64-linux-gnu", "g++") == (
         "dockerarch-abababababababab-aarch64-linux-gnu-g++"
     )
