@@ -46,6 +46,7 @@ def describe(title: str, *, subject: str = "") -> str:
     words = _describe(stage, command, subject or "it")
     where = {
         "toolchain-tree": "native toolchain: ",
+        "toolchain-wheels": "native toolchain: ",
         "toolchain-stage": "native toolchain: ",
         "native-python-stage": "native Python: ",
         "package-lists": "native apt: ",
@@ -84,7 +85,11 @@ def _describe(stage: str, command: str, subject: str) -> str:
         return "listing which package ships each shared library"
     apt = _APT.search(body)
     if apt:
-        count = len(apt.group("packages").split())
+        # apt's own options (-o NAME=VALUE, the native stages' dpkg options) are not packages
+        words = apt.group("packages").split()
+        count = sum(
+            1 for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")
+        )
         where = "runtime packages: " if stage.startswith("runtime") else ""
         return f"{where}apt: {count} package{'s' if count != 1 else ''}"
     lists = _LISTS.search(body)

@@ -97,12 +97,12 @@ class Toolchain:
     @property
     def packages(self) -> tuple[str, ...]:
         """apt packages of the stage the toolchain's tree is collected in (gcc and libc6-dev: to
-        build dockerarch-cc; pip to install uv; distcc, a compile farm's client; every native
-        driver and the YAML loader of native generators). The first three are the cross
-        compiler. The same for every recipe of a target: one toolchain image per target
+        build dockerarch-cc; distcc, a compile farm's client; every native driver and the YAML
+        loader of native generators; uv and the drivers' wheels come from a stage of their own).
+        The first three are the cross compiler. The same for every recipe of a target: one toolchain image per target
         (imagekeys.toolchain_key), each build using what it needs of it (``use_drivers``)."""
         return (*cross_packages(self.triplet, self.gcc, self.fortran), "ccache", "distcc", "gcc", "libc6-dev",
-                "python3-pip", *[d for d in DRIVERS if d != "dash"], "python3-yaml")  # fmt: skip
+                *[d for d in DRIVERS if d != "dash"], "python3-yaml")  # fmt: skip
 
     @property
     def python32(self) -> bool:

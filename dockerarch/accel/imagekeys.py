@@ -17,7 +17,7 @@ from dockerarch.accel.decision import CONTEXT_DIR
 # tree: the last, the one the image is made of). The layout's stages `native-python` and
 # `toolchain` are FROM the image named by these build arguments, or by default the stages built
 # in the same Dockerfile.
-NATIVE_STAGES = ("native-python-stage", "toolchain-tree", "toolchain-stage")
+NATIVE_STAGES = ("native-python-stage", "toolchain-wheels", "toolchain-tree", "toolchain-stage")
 NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
 
 

@@ -224,9 +224,13 @@ DOCKERFILE = """\
 FROM --platform=linux/amd64 base AS native-python-stage
 RUN apt-get install python3
 
+FROM native-python-stage AS toolchain-wheels
+RUN python3 -m pip install uv
+
 # a comment that moves
-FROM native-python-stage AS toolchain-tree
+FROM --platform=linux/amd64 base AS toolchain-tree
 RUN apt-get install gcc-arm-linux-gnueabihf
+COPY --from=toolchain-wheels /opt/dockerarch-uv/ /opt/dockerarch-uv/
 RUN sh /dockerarch/collect-toolchain
 
 FROM native-python-stage AS toolchain-stage
@@ -255,6 +259,7 @@ def test_the_key_follows_what_the_native_stages_are_made_from(tmp_path: Path) ->
     # The packages, another base, a script of the context: another image.
     assert key(tmp_path, DOCKERFILE.replace("gcc-arm", "g++-arm")) != first
     assert key(tmp_path, DOCKERFILE.replace("python3", "python3 python3-yaml")) != first
+    assert key(tmp_path, DOCKERFILE.replace("install uv", "install uv==1")) != first
     assert key(tmp_path, DOCKERFILE.replace("/toolchain/ /toolchain/", "/toolchain/ /")) != first
     assert key(tmp_path, base="sha256:" + "3" * 64) != first
     (scripts / "collect-toolchain").write_text("echo two\n")
