@@ -57,6 +57,15 @@ CARD_FILES = (
     "firstboot",
     "dockerarch-firstboot.service",
 )
+# The hybrid build's apt scripts, for the card's own apt steps (native_apt_base), and what the
+# progress says of the route apt-install's own words name.
+APT_FILES = ("apt-install", "update-lists")
+_APT_SAYS = {
+    "apt-install: the x86-64 apt installs": "apt resolves and downloads natively (x86-64); dpkg "
+    "and the maintainer scripts run emulated",
+    "apt-install: updating the package lists under QEMU": "apt under QEMU: the native apt could "
+    "not install from the lists it fetched",
+}
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _KEY = re.compile(
@@ -237,8 +246,25 @@ def source_date_epoch(labels: dict[str, str]) -> int:
                      "timestamp on the card is clamped to it.")  # fmt: skip
 
 
+def native_apt_base(target: BoardTarget) -> str:
+    """The amd64 base of ``target``'s suite (the one its hybrid builds take their toolchain
+    from) when this machine has it: its x86-64 apt resolves and downloads for the card's apt
+    steps, whose dpkg and maintainer scripts alone run emulated. "" when the machine lacks it
+    or the target has none: the target's own apt runs under QEMU, as it did before."""
+    from dockerarch.accel import toolchain_base
+    from dockerarch.errors import ConfigError
+    from dockerarch.targets import load_targets
+
+    try:
+        base = toolchain_base(target, load_targets())
+    except ConfigError:
+        return ""
+    return base.base_image if engine.image_labels(base.base_image) is not None else ""
+
+
 def render(request: CardRequest, ids: layout.Identities, epoch: int,
-           vendor_boot: VendorBoot | None = None, run: str = RUN_MARKER + "0") -> str:  # fmt: skip
+           vendor_boot: VendorBoot | None = None, run: str = RUN_MARKER + "0",
+           native_base: str = "") -> str:  # fmt: skip
     from dockerarch import render as render_module
     from dockerarch.targets import load_targets
 
@@ -257,7 +283,7 @@ def render(request: CardRequest, ids: layout.Identities, epoch: int,
         vendor_kernel=(vendor_boot.kernel_release or "") if vendor_boot and vendor_boot.tree else "",
         tools_base=tools.base_image, tools_packages=list(TOOLS_PACKAGES),
         align_mib=layout.ALIGN_MIB, boot_mib=layout.BOOT_MIB, size_mib=request.size_mib,
-        source_date_epoch=epoch, run=run,
+        source_date_epoch=epoch, run=run, native_base=native_base,
     )  # fmt: skip
 
 
@@ -267,6 +293,8 @@ def write_context(directory: Path, request: CardRequest, ids: layout.Identities,
     card's own salt), the keys, and a vendor's boot partition and kernel tree."""
     for name in CARD_FILES:
         shutil.copy2(paths.data_path("card", name), directory / name)
+    for name in APT_FILES:
+        shutil.copy2(paths.data_path("toolchain", name), directory / name)
     if vendor_boot is not None:
         os.replace(vendor_boot.boot, directory / "vendor-boot.fat")
         if vendor_boot.tree is not None:
@@ -339,7 +367,13 @@ def export(request: CardRequest, say: Say) -> Card:
         write_context(context, request, ids, vendor_boot)
         shutil.rmtree(work / "vendor", ignore_errors=True)  # a decompressed image
         run = RUN_MARKER + uuid.uuid4().hex
-        (context / "Dockerfile").write_text(render(request, ids, epoch, vendor_boot, run))
+        native_base = native_apt_base(request.target)
+        if not native_base:
+            say(f"apt in the card's stages runs under QEMU: this machine has no amd64 base of "
+                f"{request.target.name}'s suite (a hybrid build of it makes one)")  # fmt: skip
+        (context / "Dockerfile").write_text(
+            render(request, ids, epoch, vendor_boot, run, native_base)
+        )
         log = work / "build.log"
         say(
             f"{request.board.name} card from {request.image} ({request.target.name}): "
@@ -386,14 +420,18 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
             for line in engine.build_lines(spec):
                 written.write(line if line.endswith("\n") else line + "\n")
                 text.append(line)
+                for marker, words in _APT_SAYS.items():
+                    if marker in line and marker not in said:
+                        said.add(marker)
+                        say(words)
                 match = stage_re.match(line)
                 if match and match.group(1) not in said:
                     said.add(match.group(1))
                     say(
                         {
-                            "system": "a system that boots: systemd, udev, ssh (apt, emulated)",
-                            "boot": "the board's kernel and firmware (apt, emulated)",
-                            "extras": "what --with asked for (apt, emulated)",
+                            "system": "a system that boots: systemd, udev, ssh",
+                            "boot": "the board's kernel and firmware",
+                            "extras": "what --with asked for",
                             "card": "host name, user, key and first-boot service",
                             "tools": "Debian's card tools (amd64)",
                             "assemble": "partitions written into the image file",

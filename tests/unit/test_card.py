@@ -146,8 +146,12 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
 
     ids = layout.identities("cd" * 32)
     raspi = export.render(request(tmp_path), ids, 1700000000)
-    assert "FROM system AS boot" in raspi and "FROM boot AS card" in raspi
-    assert "sh /run/dockerarch/boot non-free-firmware 'mmc_block" in raspi
+    assert "FROM system AS boot-sources" in raspi and "FROM boot AS card" in raspi
+    assert "FROM boot-sources AS boot\n" in raspi
+    assert "sh /run/dockerarch/boot --sources non-free-firmware\n" in raspi
+    assert "sh /run/dockerarch/boot 'mmc_block" in raspi
+    # the initramfs made as the userland was: its times clamped, the same bytes each time
+    assert "SOURCE_DATE_EPOCH=1700000000 \\\n    sh /run/dockerarch/boot 'mmc_block" in raspi
     assert "linux-image-arm64 raspi-firmware" in raspi and "BOOT_IMAGE" not in raspi
     assert f"DISK_ID={ids.disk_id}" in raspi and "SOURCE_DATE_EPOCH=1700000000" in raspi
     # the run's own steps name it, so that export-img can take them out of BuildKit's cache
@@ -157,7 +161,10 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
     assert named.replace(run, export.RUN_MARKER + "0") == raspi
     # the system stage is the same text whatever the card: its cache serves every card of the image
     other = export.render(request(tmp_path, hostname="other"), layout.identities("ef" * 32), 1)
-    assert raspi.split("FROM system AS boot")[0] == other.split("FROM system AS boot")[0]
+    assert (
+        raspi.split("FROM system AS boot-sources")[0]
+        == other.split("FROM system AS boot-sources")[0]
+    )
     booted = VendorBoot(source=tmp_path / "v.zip", source_sha256="0" * 64, boot=tmp_path / "b",
                         boot_sha256="1" * 64, boot_type="c", kernel_release="6.1.5-xilinx",
                         tree=tmp_path / "t")  # fmt: skip
@@ -174,6 +181,47 @@ def test_the_card_s_dockerfile_has_the_stages_of_its_boot_kind(tmp_path: Path) -
         system.strip()
         == vendor[vendor.index("FROM --platform") : vendor.index("# What the person")].strip()
     )
+
+
+def test_the_card_s_apt_runs_natively_where_the_machine_has_the_suite_s_amd64_base(
+    tmp_path: Path,
+) -> None:
+    """With the amd64 base of the userland's suite, each apt step of the card (system, kernel,
+    --with) installs with that base's x86-64 apt from lists it fetched natively, in BuildKit's
+    cache and not on the card; the kernel's lists are fetched for the sources with the firmware
+    component added. Without the base, the target's own apt runs as before."""
+    ids = layout.identities("cd" * 32)
+    base = "dockerarch/base/debian-amd64:bookworm"
+    native = export.render(request(tmp_path, extras=("docker",)), ids, 1, native_base=base)
+    emulated = export.render(request(tmp_path, extras=("docker",)), ids, 1)
+    assert f"FROM --platform=linux/amd64 {base} AS native-apt" in native
+    assert "AS native-apt" not in emulated and "update-lists" not in emulated
+    assert "apt-install" not in emulated
+    steps = {stage: native.split(f" AS {stage}\n", 1)[1].split("\nFROM ", 1)[0]
+             for stage in ("package-lists", "system", "boot-lists", "boot", "extras")}  # fmt: skip
+    assert "from=userland,source=/etc/apt" in steps["package-lists"]
+    assert "from=boot-sources,source=/etc/apt" in steps["boot-lists"]  # the component added
+    lists = "id=dockerarch-apt-lists-debian-aarch64"
+    assert f"{lists},target=/run/target-lists" in steps["package-lists"]
+    assert f"{lists}-non-free-firmware,target=/run/target-lists" in steps["boot-lists"]
+    for stage, fetched in (("system", "package-lists"), ("boot", "boot-lists"),
+                           ("extras", "boot-lists")):  # fmt: skip
+        assert "from=native-apt,target=/run/dockerarch-native" in steps[stage], stage
+        assert f"from={fetched},source=/dockerarch-lists" in steps[stage], stage
+        assert "target=/var/lib/apt/lists" in steps[stage], stage  # a cache: not on the card
+    assert f"{lists},target=/var/lib/apt/lists" in steps["system"]
+    assert f"{lists}-non-free-firmware,target=/var/lib/apt/lists" in steps["boot"]
+    # a card without a firmware component (a vendor's boot) fetches the userland's lists once
+    pynq = request(tmp_path, board=boards.load_boards()["pynq-zu"], boot_from=tmp_path / "v.zip")
+    virt = export.render(pynq, ids, 1, native_base=base)
+    assert "boot-lists" not in virt and "non-free-firmware" not in virt
+    # the scripts take the native route only where the stage mounts it
+    for script in ("system", "boot", "extras"):
+        text = (Path(export.__file__).parent.parent / "data" / "card" / script).read_text()
+        assert "[ -d /run/dockerarch-native ]" in text and "apt-install" in text, script
+    assert set(export.APT_FILES) <= {
+        p.name for p in (Path(export.__file__).parent.parent / "data" / "toolchain").iterdir()
+    }
 
 
 def test_a_card_with_docker_adds_one_stage_above_the_kernel(tmp_path: Path) -> None:
