@@ -86,10 +86,7 @@ def _describe(stage: str, command: str, subject: str) -> str:
     apt = _APT.search(body)
     if apt:
         # apt's own options (-o NAME=VALUE, the native stages' dpkg options) are not packages
-        words = apt.group("packages").split()
-        count = sum(
-            1 for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")
-        )
+        count = len(re.sub(r"-o \S+", "", apt.group("packages")).split())
         where = "runtime packages: " if stage.startswith("runtime") else ""
         return f"{where}apt: {count} package{'s' if count != 1 else ''}"
     lists = _LISTS.search(body)

@@ -99,8 +99,9 @@ class Toolchain:
         """apt packages of the stage the toolchain's tree is collected in (gcc and libc6-dev: to
         build dockerarch-cc; distcc, a compile farm's client; every native driver and the YAML
         loader of native generators; uv and the drivers' wheels come from a stage of their own).
-        The first three are the cross compiler. The same for every recipe of a target: one toolchain image per target
-        (imagekeys.toolchain_key), each build using what it needs of it (``use_drivers``)."""
+        The first three are the cross compiler. The same for every recipe of a target: one
+        toolchain image per target (imagekeys.toolchain_key), each build using what it needs of
+        it (``use_drivers``)."""
         return (*cross_packages(self.triplet, self.gcc, self.fortran), "ccache", "distcc", "gcc", "libc6-dev",
                 *[d for d in DRIVERS if d != "dash"], "python3-yaml")  # fmt: skip
 
