@@ -19,7 +19,12 @@ from dockerarch.buildsteps.compile import (
     use_farm,
     verify,
 )
-from dockerarch.buildsteps.images import runtime_base_image, toolchain_image, toolchain_ready
+from dockerarch.buildsteps.images import (
+    pushes_done,
+    runtime_base_image,
+    toolchain_image,
+    toolchain_ready,
+)
 from dockerarch.buildsteps.manifest import write_manifest
 from dockerarch.buildsteps.runtime import SMOKE_TIMEOUT, image_tag, runtime_image, smoke_test
 from dockerarch.buildsteps.state import (
@@ -45,6 +50,7 @@ STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("push cache", push_cache),
     ("runtime image", runtime_image),
     ("smoke test", smoke_test),
+    ("machine images pushed", pushes_done),
     ("manifest", write_manifest),
 )
 
@@ -65,6 +71,7 @@ __all__ = [
     "image_tag",
     "prepare_context",
     "push_cache",
+    "pushes_done",
     "runtime_base_image",
     "runtime_image",
     "smoke_test",

@@ -74,11 +74,17 @@ def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what:
 
 
 def pushed(job: JobState, tag: str, what: str) -> None:
-    """``tag`` pushed to the team's registry when it takes machine images (push); a push that
+    """``tag`` pushed to the team's registry when it takes machine images (push), in a thread of
+    its own while the build goes on with the image (a toolchain image's push is 20-30 s of gzip
+    the build need not wait for); pushes_done waits for it before the manifest. A push that
     fails is said, and the build goes on."""
     sharing = job.options.machine_images
     if sharing is None or not sharing.push:
         return
+    job.pushes.append(in_background(lambda: _push(job, tag, sharing, what)))
+
+
+def _push(job: JobState, tag: str, sharing: machineimages.Sharing, what: str) -> None:
     remote = sharing.remote(tag)
     began = time.monotonic()
     try:
@@ -90,6 +96,16 @@ def pushed(job: JobState, tag: str, what: str) -> None:
     finally:
         job.engine.remove_tag(remote)
     job.say(f"{what} pushed to {remote} in {time.monotonic() - began:.0f} s")
+
+
+def pushes_done(job: JobState) -> None:
+    """The machine images pushed meanwhile (pushed), waited for: the job ends with them in the
+    team's registry (or said not to be)."""
+    pending, job.pushes[:] = list(job.pushes), []
+    if any(not push.done() for push in pending):
+        job.step(f"pushing {len(pending)} machine image{'s' * (len(pending) != 1)}")
+    for push in pending:
+        push.result()
 
 
 def toolchain_image(job: JobState) -> None:

@@ -132,6 +132,7 @@ class JobState:
     toolchain_image: str | None = None  # the image that gives this build its native stages
     toolchain_pending: PendingImage | None = None  # being made or pulled meanwhile
     runtime_base_image: str | None = None  # the image its build and runtime stages start from
+    pushes: list[Future[None]] = field(default_factory=list)  # machine images being pushed
     cache_ref: str | None = None
     toolchain_log: Path | None = None
     drivers: accel.DriverReport | None = None

@@ -136,6 +136,9 @@ def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
+    assert len(state.pushes) == 1  # pushed while the build goes on with it
+    buildsteps.pushes_done(state)
+    assert state.pushes == []
     (spec,) = engine.built
     tag = spec.load_tag
     assert tag is not None and spec.labels is not None
@@ -154,7 +157,8 @@ def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key
     state, _ = job(tmp_path, engine, sharing=machineimages.Sharing(TEAM.prefix))
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
-    assert len(engine.built) == 1 and engine.pushed == []
+    buildsteps.pushes_done(state)
+    assert len(engine.built) == 1 and engine.pushed == [] and state.pushes == []
 
 
 def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_and_platform_hold(
