@@ -1,5 +1,5 @@
 """This machine's own images: the toolchain images and runtime bases that builds make once and
-share (buildsteps.images), about 1 GB and 0.2 GB each.
+share (buildsteps.images), about 0.6 GB and 0.2 GB each.
 
 Each is keyed by what it is made from, so a new dockerarch, a re-bootstrapped base or another
 package list makes a new one and the old one stays; several keys of one toolchain also live side

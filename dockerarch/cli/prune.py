@@ -27,7 +27,7 @@ def prune(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Remove the toolchain images and runtime bases (about 1 GB and 0.2 GB each) that builds
+    """Remove the toolchain images and runtime bases (about 0.6 GB and 0.2 GB each) that builds
     make once and share, when no build has used them for --unused-for days: each new dockerarch,
     re-bootstrapped base or package list makes new ones and leaves the old. Bases, build results
     and runtime images are not touched; the next build that needs a removed image makes it
