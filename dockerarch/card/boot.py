@@ -11,6 +11,7 @@ are awaited, then QEMU is stopped.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -167,13 +168,35 @@ class Network:
     outside: bool = False
 
 
+# Machines whose CPU count is fixed (the Pi 3B's BCM2837 and the Pi 2B's BCM2836: four cores).
+MACHINE_CPUS = {"raspi3b": 4, "raspi2b": 4}
+
+
+def single_threaded(qemu: Qemu, host_cpus: int) -> bool:
+    """Whether the board's CPUs are emulated in one host thread, round robin (-accel
+    tcg,thread=single), rather than one thread each (QEMU's default for ARM guests): when the
+    board has more CPUs than this process may run on. Four vCPU threads on two host cores, with
+    anything else running, lose whole time slices while the guest spins on a lock one of them
+    holds: a raspi3b card's boot to login took 552 s beside one busy process on 2 cores, 149 s in
+    one thread (alone: 160 s threaded, 167 s in one); those stalls are also what times out the
+    Pi's SD host (EMULATOR_FAULT)."""
+    cpus = max(qemu.smp, MACHINE_CPUS.get(qemu.machine.split(",")[0], 1))
+    return cpus > host_cpus
+
+
 def qemu_argv(qemu: Qemu, *, kernel: Path, dtb: Path | None, initrd: Path, cmdline: str,
-              disk: Path, network: Network | None = None) -> list[str]:  # fmt: skip
+              disk: Path, network: Network | None = None,
+              host_cpus: int | None = None) -> list[str]:  # fmt: skip
     """The emulated board's command line: the card as its SD card (or a virtio disk on the virt
     machine), the console on stdio, no network card unless ``network`` (then one virtio NIC;
-    romfile= : no PXE ROM, which Debian ships apart, in ipxe-qemu)."""
+    romfile= : no PXE ROM, which Debian ships apart, in ipxe-qemu); its CPUs in one host thread
+    when there are more of them than ``host_cpus`` (this process's, by default)."""
     argv = [qemu.system, "-M", qemu.machine, "-m", qemu.memory, "-kernel", str(kernel),
             "-initrd", str(initrd), "-append", cmdline]  # fmt: skip
+    if host_cpus is None:
+        host_cpus = len(os.sched_getaffinity(0))
+    if single_threaded(qemu, host_cpus):
+        argv += ["-accel", "tcg,thread=single"]
     if qemu.cpu:
         argv += ["-cpu", qemu.cpu]
     if qemu.smp > 1:

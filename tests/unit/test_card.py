@@ -273,6 +273,12 @@ def test_qemu_s_virt_machine_takes_a_virtio_card_and_only_the_network_named() ->
     assert raspi[raspi.index("-drive") + 1].startswith("if=sd,")
     assert raspi[-5:] == ["-serial", "null", "-serial", "stdio", "-no-reboot"]  # the mini UART
     assert pi.board_device_tree and not boot.VIRT["armv7"].board_device_tree
+    # The Pi's four CPUs on fewer host cores run in one host thread (threads each lose whole
+    # time slices to each other); on four cores, or two CPUs on two, one thread each.
+    two = boot.qemu_argv(pi, dtb=Path("/w/board.dtb"), host_cpus=2, **files)  # type: ignore[arg-type]
+    assert two[two.index("-accel") + 1] == "tcg,thread=single"
+    assert "-accel" not in boot.qemu_argv(pi, dtb=None, host_cpus=4, **files)  # type: ignore[arg-type]
+    assert "-accel" not in boot.qemu_argv(boot.VIRT["armv7"], dtb=None, host_cpus=2, **files)  # type: ignore[arg-type]
 
 
 def test_a_command_s_output_on_the_console_is_what_it_printed() -> None:
