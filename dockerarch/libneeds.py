@@ -11,6 +11,7 @@ wheels' ELF files to print each wheel's `apt install` line.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ SONAMES_EXPORT = ".dockerarch-sonames.tsv"  # beside the artifacts: soname<TAB>p
 _MARK = "dockerarch-needs:"
 _WHEEL_MARK = "dockerarch-needs-wheel:"
 _UNDECIDED = "dockerarch-needs-undecided:"  # the native reading's: it cannot answer
+# Debian policy 5.6.7: lower case letters, digits, +, - and .; two or more, alphanumeric first.
+_PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 
 # Resolves wheel members to the files pip installed (importlib.metadata knows where).
 _LOCATE = """
@@ -146,8 +149,21 @@ def packages_for(missing: list[Missing], sonames_tsv: str, target: str) -> list[
     for item in missing:
         if item.soname not in shipped:
             unknown.append(item)
-        elif shipped[item.soname] not in packages:
-            packages.append(shipped[item.soname])
+            continue
+        package = shipped[item.soname]
+        if not _PACKAGE_NAME.fullmatch(package):
+            # The table is the build stage's file, which the build's own code could write over:
+            # what it names goes to the runtime image's apt, so only a package name is taken.
+            raise VerificationError(
+                f"the build stage's table of shared libraries names {package[:80]!r} as the "
+                f"package that ships {item.soname} (needed by {item.path}): that is not a Debian "
+                "package name, so nothing is installed for it",
+                fix="Something in the build wrote over /dockerarch-sonames.tsv: see build.log "
+                "for what the package's build ran, and build it again from a clean cache "
+                "(--no-cache).",
+            )
+        if package not in packages:
+            packages.append(package)
     if unknown:
         first = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""

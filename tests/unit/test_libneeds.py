@@ -59,6 +59,21 @@ def test_a_library_no_package_ships_is_a_verification_failure_naming_it() -> Non
         libneeds.packages_for(missing, "libz.so.1\tzlib1g\n", "debian-armv7")
 
 
+@pytest.mark.parametrize("package", ["-oAPT::Get::AllowUnauthenticated=true", "Zlib1g", "x",
+                                     "zlib1g evil", "../../etc/passwd"])  # fmt: skip
+def test_a_package_table_entry_that_is_no_package_name_is_refused_not_installed(
+    package: str,
+) -> None:
+    # The table is a file of the build stage, which the package's own build could write over;
+    # what it names reaches the runtime image's apt-get as arguments.
+    missing = libneeds.parse("dockerarch-needs: /usr/lib/x/_ext.so libz.so.1\n", [])
+    with pytest.raises(VerificationError, match=r"not a Debian package name") as raised:
+        libneeds.packages_for(missing, f"libz.so.1\t{package}\n", "debian-armv7")
+    assert "libz.so.1" in str(raised.value) and "_ext.so" in str(raised.value)
+    assert libneeds.packages_for(missing, "libz.so.1\tzlib1g\n", "debian-armv7") == ["zlib1g"]
+    assert libneeds.packages_for(missing, "libz.so.1\tlibstdc++6\n", "x") == ["libstdc++6"]
+
+
 def test_a_library_another_wheel_carries_is_not_missing_but_one_of_its_own_is_a_broken_rpath() -> (
     None
 ):
