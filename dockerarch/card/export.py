@@ -379,8 +379,9 @@ def export(request: CardRequest, say: Say) -> Card:
             f"{request.board.name} card from {request.image} ({request.target.name}): "
             f"disk id {ids.disk_id}, root PARTUUID {ids.root_partuuid}"
         )
+        failed_log = failed_log_path(request)
         try:
-            _build(context, output, log, host_ca_bundle(), say)
+            _build(context, output, log, host_ca_bundle(), say, keep=failed_log)
         finally:
             engine.drop_cache_records(run)
         card = json.loads((output / "card.json").read_text())
@@ -401,6 +402,8 @@ def export(request: CardRequest, say: Say) -> Card:
         os.replace(output / "card.img.bmap", bmap)
         write_atomic(manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
         os.replace(written, final)
+        if failed_log.is_file() and not failed_log.is_symlink():  # an earlier attempt's
+            failed_log.unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     content = sum(int(v) for v in card["content_kib"].values()) * 1024
@@ -408,7 +411,17 @@ def export(request: CardRequest, say: Say) -> Card:
                 content=content, seconds=time.monotonic() - started, data=manifest)  # fmt: skip
 
 
-def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> None:
+def failed_log_path(request: CardRequest) -> Path:
+    """Where a card that failed keeps its build's whole log: beside OUT, under none of OUT's
+    names (a good card there stays as it was)."""
+    return request.out.with_name(request.out.name + ".failed.log")
+
+
+def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say, *,
+           keep: Path) -> None:  # fmt: skip
+    """The card's buildx invocation, its lines to ``log`` and its stages said; a failure keeps
+    ``log`` as ``keep`` and names it (a --size too small for the contents is the user's, and
+    says the size it needs)."""
     spec = engine.BuildSpec(context_dir=context, platform="linux/amd64", stage="out",
                             output_dir=output,
                             secrets=(f"id=ca-bundle,src={ca}",) if ca else ())  # fmt: skip
@@ -445,8 +458,9 @@ def _build(context: Path, output: Path, log: Path, ca: str | None, say: Say) -> 
                              fix=f"Give --size {int(small.group(1)) + 64}M or more, or leave "
                              "--size out (the contents and a margin).") from None  # fmt: skip
         tail = "".join(text[-25:])
+        os.replace(log, keep)
         raise CardError(f"Making the card failed ({exc.problem}); the build's last lines:\n{tail}",
-                        fix="Read the lines above; run again with --debug for the whole log.") from exc  # fmt: skip
+                        fix=f"Read the lines above; the whole log is {keep}.") from exc  # fmt: skip
 
 
 def _compress(image: Path, how: str, say: Say) -> Path:

@@ -71,6 +71,37 @@ def test_options_are_checked_before_anything_is_made(tmp_path: Path, changes: di
     assert words in raised.value.problem
 
 
+@pytest.mark.parametrize("too_small", [False, True])
+def test_a_card_that_fails_keeps_its_whole_log_beside_out_and_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, too_small: bool
+) -> None:
+    from dockerarch import engine
+    from dockerarch.card.export import CardError
+
+    lines = [f"#9 [system 3/7] RUN line {n}\n" for n in range(60)]
+    if too_small:
+        lines.append("#12 dockerarch-card: too-small 1400\n")
+
+    def failing(spec: engine.BuildSpec) -> object:
+        yield from lines
+        raise engine.BuildFailed("docker buildx build exited with code 1", return_code=1)
+
+    monkeypatch.setattr(export.engine, "build_lines", failing)
+    work = tmp_path / "work"
+    work.mkdir()
+    keep = export.failed_log_path(request(tmp_path))
+    assert keep == tmp_path / "pi.img.failed.log"
+    with pytest.raises((CardError, UsageError)) as raised:
+        export._build(work, work / "out", work / "build.log", None, lambda words: None, keep=keep)
+    if too_small:  # the user's error, which says what to give: no log kept
+        assert isinstance(raised.value, UsageError) and "--size 1464M" in raised.value.fix
+        assert not keep.exists() and (work / "build.log").exists()
+    else:
+        assert isinstance(raised.value, CardError) and str(keep) in raised.value.fix
+        assert keep.read_text() == "".join(lines) and not (work / "build.log").exists()
+        assert lines[-1].strip() in raised.value.problem and lines[0] not in raised.value.problem
+
+
 def test_an_existing_output_is_refused_without_force(tmp_path: Path) -> None:
     (tmp_path / "pi.img.bmap").write_text("old")
     with pytest.raises(UsageError) as raised:
