@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from dockerarch.terminal import printable
+
 
 def clock(seconds: float) -> str:
     return f"{int(seconds // 60):2d}:{int(seconds % 60):02d}"
@@ -103,7 +105,7 @@ class Board:
         """A message about a job: printed once, above the live lines."""
         with self._lock:
             self._since.setdefault(name, time.monotonic())
-            text = self._line(name, line)
+            text = self._line(name, printable(line))
             if self._live is not None:
                 self._live.console.print(text, markup=False)
             else:
@@ -113,6 +115,7 @@ class Board:
     def step(self, name: str, words: str) -> None:
         """What the job does now. Live: its line changes; plain: printed the first time only
         (stages that run side by side interleave their steps' lines)."""
+        words = printable(words)
         with self._lock:
             self._since.setdefault(name, time.monotonic())
             self._steps[name] = words
@@ -127,7 +130,8 @@ class Board:
         ``total`` of 0 is not known). Live: its line follows every count; plain: a line at each
         tenth of the way, or, with no total, at 1, 10, 25, 50, 100, 250, ... so CI logs stay
         readable."""
-        text = f"{words} [{shown}]"
+        words = printable(words)
+        text = f"{words} [{printable(shown)}]"
         with self._lock:
             self._since.setdefault(name, time.monotonic())
             if self._live is not None:

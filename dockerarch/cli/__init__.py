@@ -16,6 +16,7 @@ import typer
 
 from dockerarch import __version__, process
 from dockerarch.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, DockerarchError
+from dockerarch.terminal import printable
 
 app = typer.Typer(
     name="dockerarch",
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     except DockerarchError as exc:
         if debug:
             traceback.print_exc()
-        typer.echo(exc.render(), err=True)
+        typer.echo(printable(exc.render()), err=True)  # it may quote a build's own lines
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _interrupted()
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         typer.echo(
-            f"internal error: {type(exc).__name__}: {exc}. This is a bug in dockerarch "
+            f"internal error: {type(exc).__name__}: {printable(str(exc))}. This is a bug in dockerarch "
             f"{__version__}: run the command again with --debug and report the traceback.",
             err=True,
         )

@@ -10,6 +10,7 @@ import typer
 from dockerarch.cli import options
 from dockerarch.cli.options import Source
 from dockerarch.cli.output import columns
+from dockerarch.terminal import printable
 
 if TYPE_CHECKING:
     from dockerarch.build import BuildOptions, JobResult
@@ -162,7 +163,7 @@ def build(
         require_hashes=require_hashes, set_name=set_name, test_requires=test_requires or [],
         test_command=test_command, test_sources=test_sources,
     )  # fmt: skip
-    run = buildrun.prepare(ask, say=lambda line: typer.echo(line, err=True))
+    run = buildrun.prepare(ask, say=lambda line: typer.echo(printable(line), err=True))
     if run.wanted is not None:
         build_set(run.requests, run.wanted, run.options, live=live)
     else:
@@ -185,7 +186,7 @@ def report(results: list[JobResult]) -> None:
     """The summary, each verified artifact (stdout) and each failure with its step's last lines."""
     from dockerarch import process
 
-    typer.echo(summary(results), err=True)
+    typer.echo(printable(summary(results)), err=True)
     for result in results:
         if result.error is None:
             for path in result.artifacts:
@@ -199,12 +200,12 @@ def report(results: list[JobResult]) -> None:
         if error is None:
             continue
         typer.echo("", err=True)
-        typer.echo(error.render(), err=True)
+        typer.echo(printable(error.render()), err=True)  # it and the tail quote the build
         tail = getattr(error, "tail", None)
         if tail:
             typer.echo(f"  last {len(tail)} lines of that step:", err=True)
             for line in tail:
-                typer.echo(f"    {line}", err=True)
+                typer.echo(f"    {printable(line)}", err=True)
         if result.log is not None:
             typer.echo(f"  full log: {result.log}", err=True)
         if error.__cause__ is not None and process.debug_enabled():
@@ -233,19 +234,19 @@ def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildO
                 if member.node.candidate.name in named and member.path is not None:
                     typer.echo(str(member.path))
             typer.echo(str(target_set.directory))
-            typer.echo(f"{target_set.target}: {fetched} fetched, {built} built, installed with no "
-                       f"index: {target_set.check} -> {target_set.directory}", err=True)  # fmt: skip
+            typer.echo(printable(f"{target_set.target}: {fetched} fetched, {built} built, installed "
+                       f"with no index: {target_set.check} -> {target_set.directory}"), err=True)  # fmt: skip
             if target_set.needs_apt:
                 typer.echo(f"  on a board first: apt install {' '.join(target_set.needs_apt)}",
                            err=True)  # fmt: skip
     for error in failed:
         typer.echo("", err=True)
-        typer.echo(error.render(), err=True)
+        typer.echo(printable(error.render()), err=True)  # it and the tail quote the build
         tail, log = getattr(error, "tail", None), getattr(error, "log", None)
         if tail:
             typer.echo(f"  last {len(tail)} lines of that step:", err=True)
             for line in tail:
-                typer.echo(f"    {line}", err=True)
+                typer.echo(f"    {printable(line)}", err=True)
         if log is not None:
             typer.echo(f"  full log: {log}", err=True)
     if failed:

@@ -54,6 +54,7 @@ def serve(
     """Start a farm server for the targets' compilers on this machine (cross compilers for ARM
     targets, the suite's gcc for amd64), replacing one at the same address."""
     from dockerarch import farm
+    from dockerarch.cli.output import say
     from dockerarch.config import parse_farm_server
     from dockerarch.targets import load_targets, select_targets
 
@@ -64,7 +65,7 @@ def serve(
     networks = farm.check_allow(allow, wide=unsafe_wide)
     with tempfile.TemporaryDirectory(prefix="dockerarch-farm-") as work:
         started = farm.serve(targets, server, allow=networks, jobs=jobs or os.cpu_count() or 2,
-                             work=Path(work), say=lambda line: typer.echo(f"  {line}", err=True))  # fmt: skip
+                             work=Path(work), say=say)  # fmt: skip
     for name, digest in sorted(started.digests.items()):
         typer.echo(f"{name}: toolchain sha256:{digest}", err=True)
     typer.echo(f"farm server {server.address} serves {', '.join(sorted(started.digests))} "

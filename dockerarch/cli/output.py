@@ -18,4 +18,6 @@ def say(line: str) -> None:
     """One progress line on stderr, indented under the command's own output."""
     import typer
 
-    typer.echo(f"  {line}", err=True)
+    from dockerarch.terminal import printable
+
+    typer.echo(f"  {printable(line)}", err=True)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dockerarch.cli import options
+from dockerarch.cli.output import say as _say
 
 if TYPE_CHECKING:
     from dockerarch.config import RegistryConfig
@@ -57,10 +58,6 @@ def push(
             typer.echo(f"  {written.what}, sha256 {written.sha256}", err=True)
         return
     publish_built(built, load_registry_config(), index_tag=index_tag, tags=tuple(tags or ()))
-
-
-def _say(line: str) -> None:
-    typer.echo(f"  {line}", err=True)
 
 
 def publish_built(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from dockerarch.cli import options
+from dockerarch.cli.output import say as _say
 
 
 def upload(
@@ -77,7 +78,3 @@ def upload(
         typer.echo(f"{outcome.url}#sha256={outcome.wheel.sha256}")
     for line in pkgindex.board_lines(outcomes, config, locks):
         typer.echo(line, err=True)
-
-
-def _say(line: str) -> None:
-    typer.echo(f"  {line}", err=True)

@@ -44,6 +44,22 @@ def test_expected_error_is_one_paragraph_with_its_exit_code(
     assert "Traceback" not in err
 
 
+def test_an_error_quoting_a_build_s_lines_shows_their_escape_sequences_literally(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failed build's error quotes its last lines, which the package's own build printed:
+    # an escape sequence there must not reach the user's terminal as one.
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ConfigError("the build's last lines:\n\x1b]0;owned\x07\x1b[2Jsetup.py\r\tdone")
+
+    monkeypatch.setattr(dockerarch.doctor, "run_checks", broken)
+    monkeypatch.delenv("DOCKERARCH_DEBUG", raising=False)
+    code, _, err = run(["doctor"], capsys)
+    assert code == 3
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err
+    assert "\\x1b]0;owned\\x07\\x1b[2Jsetup.py" in err
+
+
 def test_debug_shows_the_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

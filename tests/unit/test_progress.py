@@ -8,6 +8,7 @@ from pathlib import Path
 from dockerarch.build import JobResult
 from dockerarch.cli.build import summary
 from dockerarch.progress import Board
+from dockerarch.terminal import printable
 
 
 def _plain() -> tuple[Board, io.StringIO]:
@@ -35,6 +36,27 @@ def test_without_a_terminal_each_step_is_printed_once_per_target() -> None:
         "verified zstandard-0.23.0-cp311-cp311-linux_armv7l.whl",
         "done: 1 artifact verified",
     ]
+
+
+def test_what_a_build_wrote_is_shown_literally_not_as_terminal_controls() -> None:
+    # A smoke test's last line, the names in a build's logs, a compile's file names: the
+    # package's own build wrote them. Tab and newline stay; every other control is \\xNN.
+    hostile = "ok\x1b]0;owned\x07\x1b[1A\x1b[2K\rgone\x9b end"
+    shown = "ok\\x1b]0;owned\\x07\\x1b[1A\\x1b[2K\\x0dgone\\x9b end"
+    assert printable("a\tb\nc\x00\x7f") == "a\tb\nc\\x00\\x7f"
+    for live in (False, True):
+        stream = io.StringIO()
+        with Board(["debian-armv7"], stream=stream, live=live) as board:
+            board.say("debian-armv7", f"smoke test passed: {hostile}")
+            board.step("debian-armv7", f"compiling {hostile}")
+            board.count("debian-armv7", "compiling", 1, 2, hostile)
+            board.end("debian-armv7", "done")
+        text = stream.getvalue()
+        assert f"smoke test passed: {shown}" in text, (live, text)
+        assert "\x07" not in text and "\x9b" not in text and "\r" not in text
+        if not live:  # (rich draws its live lines with escape sequences of its own)
+            assert "\x1b" not in text and f"compiling {shown}" in text, text
+            assert f"compiling [{shown}]" in text, text
 
 
 def test_stages_of_one_target_running_side_by_side_are_each_said_once() -> None:
