@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
+from dockerarch.terminal import printable
+
 
 class DockerarchError(Exception):
     """Base of every expected failure. ``exit_code`` is what the process exits with."""
@@ -30,12 +32,15 @@ class DockerarchError(Exception):
         return text
 
     def render(self, width: int = 100) -> str:
-        """The one paragraph shown to the user, wrapped to ``width``."""
-        return textwrap.fill(
-            f"error: {self.message}",
-            width=width,
-            break_long_words=False,
-            break_on_hyphens=False,
+        """The one paragraph shown to the user, wrapped to ``width``; shown literally (a failed
+        build's error quotes the build's own lines, which may hold escape sequences)."""
+        return printable(
+            textwrap.fill(
+                f"error: {self.message}",
+                width=width,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
         )
 
     def __str__(self) -> str:

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     except DockerarchError as exc:
         if debug:
             traceback.print_exc()
-        typer.echo(printable(exc.render()), err=True)  # it may quote a build's own lines
+        typer.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _interrupted()

@@ -14,6 +14,7 @@ from dockerarch.terminal import printable
 
 if TYPE_CHECKING:
     from dockerarch.build import BuildOptions, JobResult
+    from dockerarch.errors import DockerarchError
     from dockerarch.render import RenderRequest
     from dockerarch.sets.wanted import SetRequest
 
@@ -199,19 +200,25 @@ def report(results: list[JobResult]) -> None:
         error = result.error
         if error is None:
             continue
-        typer.echo("", err=True)
-        typer.echo(printable(error.render()), err=True)  # it and the tail quote the build
-        tail = getattr(error, "tail", None)
-        if tail:
-            typer.echo(f"  last {len(tail)} lines of that step:", err=True)
-            for line in tail:
-                typer.echo(f"    {printable(line)}", err=True)
-        if result.log is not None:
-            typer.echo(f"  full log: {result.log}", err=True)
+        _show_failure(error, result.log)
         if error.__cause__ is not None and process.debug_enabled():
             import traceback
 
             traceback.print_exception(error.__cause__)
+
+
+def _show_failure(error: DockerarchError, log: Path | None) -> None:
+    """A failed build's error, the last lines of its failing step (the build's own output:
+    shown literally) and where its whole log is."""
+    typer.echo("", err=True)
+    typer.echo(error.render(), err=True)
+    tail = getattr(error, "tail", None)
+    if tail:
+        typer.echo(f"  last {len(tail)} lines of that step:", err=True)
+        for line in tail:
+            typer.echo(f"    {printable(line)}", err=True)
+    if log is not None:
+        typer.echo(f"  full log: {log}", err=True)
 
 
 def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildOptions, *,
@@ -240,15 +247,7 @@ def build_set(requests: list[RenderRequest], wanted: SetRequest, options: BuildO
                 typer.echo(f"  on a board first: apt install {' '.join(target_set.needs_apt)}",
                            err=True)  # fmt: skip
     for error in failed:
-        typer.echo("", err=True)
-        typer.echo(printable(error.render()), err=True)  # it and the tail quote the build
-        tail, log = getattr(error, "tail", None), getattr(error, "log", None)
-        if tail:
-            typer.echo(f"  last {len(tail)} lines of that step:", err=True)
-            for line in tail:
-                typer.echo(f"    {printable(line)}", err=True)
-        if log is not None:
-            typer.echo(f"  full log: {log}", err=True)
+        _show_failure(error, getattr(error, "log", None))
     if failed:
         raise typer.Exit(max(e.exit_code for e in failed))
 

@@ -11,6 +11,16 @@ from dockerarch.errors import ConfigError
 from .cli import run
 
 
+def doctor_raises(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    """`dockerarch doctor` raises ``exc`` (DOCKERARCH_DEBUG unset: --debug alone asks)."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(dockerarch.doctor, "run_checks", broken)
+    monkeypatch.delenv("DOCKERARCH_DEBUG", raising=False)
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["--version"], capsys)
     assert code == 0
@@ -33,11 +43,7 @@ def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
 def test_expected_error_is_one_paragraph_with_its_exit_code(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> None:
-        raise ConfigError("registry.yaml is broken", fix="Fix it.")
-
-    monkeypatch.setattr(dockerarch.doctor, "run_checks", broken)
-    monkeypatch.delenv("DOCKERARCH_DEBUG", raising=False)
+    doctor_raises(monkeypatch, ConfigError("registry.yaml is broken", fix="Fix it."))
     code, _, err = run(["doctor"], capsys)
     assert code == ConfigError.exit_code == 3
     assert err.strip() == "error: registry.yaml is broken. Fix it."
@@ -49,11 +55,9 @@ def test_an_error_quoting_a_build_s_lines_shows_their_escape_sequences_literally
 ) -> None:
     # A failed build's error quotes its last lines, which the package's own build printed:
     # an escape sequence there must not reach the user's terminal as one.
-    def broken(*args: object, **kwargs: object) -> None:
-        raise ConfigError("the build's last lines:\n\x1b]0;owned\x07\x1b[2Jsetup.py\r\tdone")
-
-    monkeypatch.setattr(dockerarch.doctor, "run_checks", broken)
-    monkeypatch.delenv("DOCKERARCH_DEBUG", raising=False)
+    doctor_raises(
+        monkeypatch, ConfigError("the build's last lines:\n\x1b]0;owned\x07\x1b[2Jsetup.py\r\tdone")
+    )
     code, _, err = run(["doctor"], capsys)
     assert code == 3
     assert "\x1b" not in err and "\x07" not in err and "\r" not in err
@@ -63,10 +67,7 @@ def test_an_error_quoting_a_build_s_lines_shows_their_escape_sequences_literally
 def test_debug_shows_the_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> None:
-        raise ConfigError("registry.yaml is broken")
-
-    monkeypatch.setattr(dockerarch.doctor, "run_checks", broken)
+    doctor_raises(monkeypatch, ConfigError("registry.yaml is broken"))
     code, _, err = run(["--debug", "doctor"], capsys)
     assert code == 3
     assert "Traceback (most recent call last)" in err
@@ -76,11 +77,7 @@ def test_debug_shows_the_traceback(
 def test_unexpected_exception_is_an_internal_error_without_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def bug(*args: object, **kwargs: object) -> None:
-        raise ZeroDivisionError("division by zero")
-
-    monkeypatch.setattr(dockerarch.doctor, "run_checks", bug)
-    monkeypatch.delenv("DOCKERARCH_DEBUG", raising=False)
+    doctor_raises(monkeypatch, ZeroDivisionError("division by zero"))
     code, _, err = run(["doctor"], capsys)
     assert code == 70
     assert "internal error: ZeroDivisionError: division by zero" in err
