@@ -19,10 +19,13 @@ from typing import IO, TYPE_CHECKING
 from urllib.parse import urlparse
 
 from dockerarch import process
-from dockerarch.errors import EngineError
+from dockerarch.errors import DockerarchError, EngineError
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
+
+    from dockerarch.config import RegistryConfig
+    from dockerarch.registry import RemoteImage
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 START_HINT = (
@@ -372,6 +375,20 @@ def pull_image(reference: str, platform: str) -> Pulled | None:
                           fix="Check the registry answers (dockerarch doctor).") from exc  # fmt: skip
     found = "/".join(p for p in (image.os, image.architecture, image.variant) if p)
     return Pulled(labels=dict(image.config.labels or {}), platform=found)
+
+
+def remote_image(registry: RegistryConfig, repository: str, tag: str,
+                 platform: str) -> RemoteImage | None:  # fmt: skip
+    """What ``repository:tag`` in ``registry`` is for ``platform``, asked through the registry's
+    API (docker's credentials): its manifest's digest, labels and platform, without pulling it.
+    None when there is none; a registry that does not answer or refuses is an EngineError."""
+    from dockerarch.registry import RegistryClient
+
+    try:
+        return RegistryClient(registry).image(repository, tag, platform)
+    except DockerarchError as exc:
+        raise EngineError(f"Looking up {registry.address}/{repository}:{tag} failed: "
+                          f"{exc.problem}", fix=exc.fix) from exc  # fmt: skip
 
 
 def remove_tag(reference: str) -> None:

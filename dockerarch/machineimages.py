@@ -1,5 +1,6 @@
-"""This machine's own images: the toolchain images and runtime bases that builds make once and
-share (buildsteps.images), about 0.6 GB and 0.2 GB each.
+"""This machine's own images: the toolchain images, their native Python images (the toolchain
+image's lower layers, an image of their own) and the runtime bases that builds make once and
+share (buildsteps.images), about 0.6 GB, 0.2 GB (mostly the amd64 base, shared) and 0.2 GB each.
 
 Each is keyed by what it is made from, so a new dockerarch, a re-bootstrapped base or another
 package list makes a new one and the old one stays; several keys of one toolchain also live side
@@ -31,10 +32,12 @@ from dockerarch.config import RegistryConfig
 from dockerarch.errors import EngineError, OutputError
 from dockerarch.files import write_atomic
 
-REPOSITORIES = ("dockerarch/toolchain", "dockerarch/runtime-base")
+REPOSITORIES = ("dockerarch/toolchain", "dockerarch/native-python", "dockerarch/runtime-base")
 KEY_LABEL = "org.dockerarch.machine-image.key"  # the sha256 of what the image is made from
 RECORD = "machine-images.json"  # {tag: unix time of the last build that used it}
 DEFAULT_UNUSED_DAYS = 14
+KINDS = {"dockerarch/toolchain": "toolchain image", "dockerarch/native-python": "native Python image",
+         "dockerarch/runtime-base": "runtime base"}  # fmt: skip
 _LOCK = threading.Lock()  # a set's members record from threads of one process
 
 
@@ -85,14 +88,15 @@ class MachineImage:
 
     @property
     def kind(self) -> str:
-        return "toolchain image" if self.tag.startswith("dockerarch/toolchain:") else "runtime base"
+        return KINDS.get(self.tag.partition(":")[0], "runtime base")
 
     def days_unused(self, now: float) -> float:
         return max(0.0, (now - self.last_used) / 86400)
 
 
 def listing(*, state: Path | None = None) -> list[MachineImage]:
-    """This machine's toolchain images and runtime bases, least recently used first."""
+    """This machine's toolchain images, native Python images and runtime bases, least recently
+    used first."""
     used = _read((state or base.STATE_DIR) / RECORD)
     found = [
         MachineImage(tag=i.tag, id=i.id, size=i.size, last_used=used.get(i.tag, i.tagged))
@@ -157,10 +161,9 @@ def summary(images: list[MachineImage], days: float, now: float) -> str:
     """One line for doctor: how many, how big, how many unused."""
     if not images:
         return "none yet (hybrid builds make a toolchain image and a runtime base once)"
-    toolchains = sum(m.kind == "toolchain image" for m in images)
-    line = (f"{toolchains} toolchain image{'s' * (toolchains != 1)}, "
-            f"{len(images) - toolchains} runtime base{'s' * (len(images) - toolchains != 1)}: "
-            f"{gigabytes(sum(m.size for m in images))}")  # fmt: skip
+    counted = [(sum(m.kind == kind for m in images), kind) for kind in KINDS.values()]
+    line = ", ".join(f"{n} {kind}{'s' * (n != 1)}" for n, kind in counted if n)
+    line += f": {gigabytes(sum(m.size for m in images))}"
     old = unused(images, days, now)
     if old:
         line += (f"; {len(old)} unused for {days:g}+ days ({gigabytes(sum(m.size for m in old))}):"
@@ -173,21 +176,29 @@ class Sharing:
     """Machine images through the team's registry: pulled by key, and pushed once made when
     ``push`` (a trusted machine; "pull" is the read-only mode for untrusted runners)."""
 
-    prefix: str  # ADDRESS/NAMESPACE
+    registry: RegistryConfig
     push: bool = False
+
+    @property
+    def prefix(self) -> str:
+        """ADDRESS/NAMESPACE"""
+        return f"{self.registry.address}/{self.registry.namespace}"
 
     def remote(self, tag: str) -> str:
         """Where the machine image ``tag`` (dockerarch/toolchain:...) lives in the registry."""
         return f"{self.prefix}/{tag.removeprefix('dockerarch/')}"
+
+    def repository(self, tag: str) -> tuple[str, str]:
+        """The registry's repository of the machine image ``tag`` and its tag there."""
+        name, _, version = tag.removeprefix("dockerarch/").partition(":")
+        return f"{self.registry.namespace}/{name}", version
 
 
 def sharing(registry: RegistryConfig) -> Sharing | None:
     """registry.yaml's ``machine_images`` as a Sharing (None: off)."""
     if registry.machine_images == "off":
         return None
-    return Sharing(
-        f"{registry.address}/{registry.namespace}", push=registry.machine_images == "push"
-    )
+    return Sharing(registry, push=registry.machine_images == "push")
 
 
 def same_platform(found: str, wanted: str) -> bool:

@@ -159,6 +159,15 @@ class Manifest:
         return found
 
 
+@dataclass(frozen=True, kw_only=True)
+class RemoteImage:
+    """An image in a registry as its manifest and config say: what a pull by ``digest`` gets."""
+
+    digest: str  # of its manifest (for one platform)
+    labels: dict[str, str]
+    platform: str  # os/arch[/variant]
+
+
 def docker_config_files() -> list[str]:
     """docker's client configuration, where `docker login` stores credentials ($DOCKER_CONFIG)."""
     folder = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
@@ -347,6 +356,70 @@ class RegistryClient:
                 fix="The registry changed the manifest; push to another registry.",
             )
         return digest
+
+    def blob(self, repository: str, digest: str, *, limit: int = 1 << 20) -> bytes:
+        """A small blob (an image's config), checked against its digest: a registry's answer
+        is not trusted to be what was asked for."""
+        what = f"reading {repository}@{digest}"
+        response = self._request(what, "GET", f"{repository}/blobs/{digest}")
+        self._expect(response, 200, what)
+        data = response.content
+        if len(data) > limit or digest_of(data) != digest:
+            raise RegistryError(
+                f"{what}: the registry answered {len(data)} bytes that are not {digest}",
+                fix="The registry's storage is damaged or it is not the registry it claims to "
+                "be; push the image again or use another registry.",
+            )
+        return data
+
+    def image(self, repository: str, reference: str, platform: str) -> RemoteImage | None:
+        """The image ``reference`` of ``repository`` for ``platform`` (os/arch[/variant]): the
+        digest of its own manifest (an index's child for that platform), its labels and its
+        platform as its config says. None when there is no such tag, or an index with no child
+        for ``platform``."""
+        found = self.manifest(repository, reference)
+        if found is not None and found.media_type in INDEX_TYPES:
+            wanted = platform.removesuffix("/v8")
+            listed = zip(found.json().get("manifests", []), found.platforms(), strict=True)
+            children = [
+                str(child.get("digest", ""))
+                for child, named in listed
+                if named.removesuffix("/v8") == wanted
+            ]
+            found = self.manifest(repository, children[0]) if children else None
+            if found is not None and found.digest != children[0]:
+                raise RegistryError(
+                    f"{repository}@{children[0]} in {self.config.address}: the registry "
+                    f"answered a manifest whose digest is {found.digest}",
+                    fix="The registry's storage is damaged or it is not the registry it claims "
+                    "to be; push the image again or use another registry.",
+                )
+        if found is None:
+            return None
+        config = found.json().get("config")
+        if not isinstance(config, dict) or not str(config.get("digest", "")).startswith("sha256:"):
+            raise RegistryError(
+                f"{repository}:{reference} in {self.config.address} is not an image (its "
+                "manifest names no config)",
+                fix="Push the image again with docker push.",
+            )
+        try:
+            image = json.loads(self.blob(repository, str(config["digest"])))
+            labels = (image.get("config") or {}).get("Labels") or {}
+            found_platform = "/".join(
+                str(image[k]) for k in ("os", "architecture", "variant") if image.get(k)
+            )
+        except (ValueError, AttributeError) as exc:
+            raise RegistryError(
+                f"{repository}:{reference} in {self.config.address}: its config is not an "
+                f"image's ({exc})",
+                fix="Push the image again with docker push.",
+            ) from exc
+        return RemoteImage(
+            digest=found.digest,
+            labels={str(k): str(v) for k, v in dict(labels).items()},
+            platform=found_platform,
+        )
 
     def _expect(self, response: requests.Response, status: int, what: str) -> None:
         if response.status_code == status or (status == 201 and response.status_code == 200):

@@ -14,11 +14,16 @@ from dockerarch.accel.decision import CONTEXT_DIR
 # The stages a hybrid build takes from this machine's toolchain image (buildsteps.toolchain_image)
 # in place of building them: the x86-64 Python of the emulated stages' installs, the cross
 # toolchain's tree collected from its packages, and the image's own stage (the Python and the
-# tree: the last, the one the image is made of). The layout's stages `native-python` and
-# `toolchain` are FROM the image named by these build arguments, or by default the stages built
-# in the same Dockerfile.
+# tree: the last, the one the image is made of). The layout's stage `toolchain` is FROM the
+# image named by TOOLCHAIN_ARG, or by default the stage built in the same Dockerfile.
 NATIVE_STAGES = ("native-python-stage", "toolchain-wheels", "toolchain-tree", "toolchain-stage")
-NATIVE_STAGE_ARGS = ("DOCKERARCH_NATIVE_PYTHON", "DOCKERARCH_TOOLCHAIN")
+TOOLCHAIN_ARG = "DOCKERARCH_TOOLCHAIN"
+# The first of them is an image of its own too, the native Python image (a few tens of MB, the
+# toolchain image's lower layers): the stages that need only the Python (the emulated stages'
+# apt steps) take it from there, and need not wait for the toolchain image. The layout's stage
+# `native-python` is FROM the image NATIVE_PYTHON_ARG names.
+NATIVE_PYTHON_STAGE = NATIVE_STAGES[0]
+NATIVE_PYTHON_ARG = "DOCKERARCH_NATIVE_PYTHON"
 
 
 # The files of the toolchain's context NATIVE_STAGES read (collect-toolchain copies and compiles
@@ -46,6 +51,16 @@ def toolchain_key(dockerfile: str, context: Path, base_id: str) -> str:
         digest.update(f"stage {NATIVE_PYTHON32_STAGE}\n{text}\n".encode())
     _hash_files(digest, context / CONTEXT_DIR, TOOLCHAIN_FILES)
     return digest.hexdigest()
+
+
+def native_python_key(dockerfile: str, base_id: str) -> str:
+    """The sha256 of what NATIVE_PYTHON_STAGE is made from: its text (the packages; the apt
+    step's scripts come from the context, but the stage runs none of them) and the amd64 base's
+    image id."""
+    text = stage_text(dockerfile, NATIVE_PYTHON_STAGE)
+    return hashlib.sha256(
+        f"base {base_id}\nstage {NATIVE_PYTHON_STAGE}\n{text}\n".encode()
+    ).hexdigest()
 
 
 def _hash_files(digest: hashlib._Hash, root: Path, names: Iterable[str]) -> None:

@@ -20,9 +20,11 @@ from dockerarch.buildsteps.compile import (
     verify,
 )
 from dockerarch.buildsteps.images import (
+    native_python_ready,
     pushes_done,
     runtime_base_image,
     toolchain_image,
+    toolchain_landed,
     toolchain_ready,
 )
 from dockerarch.buildsteps.manifest import write_manifest
@@ -46,6 +48,7 @@ STEPS: tuple[tuple[str, Callable[[JobState], None]], ...] = (
     ("toolchain ready", toolchain_ready),
     ("farm", use_farm),
     ("build artifacts", build_artifacts),
+    ("toolchain kept", toolchain_landed),
     ("verify", verify),
     ("push cache", push_cache),
     ("runtime image", runtime_image),
@@ -69,6 +72,7 @@ __all__ = [
     "build_artifacts",
     "ensure_base",
     "image_tag",
+    "native_python_ready",
     "prepare_context",
     "push_cache",
     "pushes_done",
@@ -76,6 +80,7 @@ __all__ = [
     "runtime_image",
     "smoke_test",
     "toolchain_image",
+    "toolchain_landed",
     "toolchain_ready",
     "use_farm",
     "verify",

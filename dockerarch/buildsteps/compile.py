@@ -17,6 +17,7 @@ from dockerarch import (
     libneeds,
 )
 from dockerarch import farm as farm_module
+from dockerarch.buildsteps.images import toolchain_landed
 from dockerarch.buildsteps.state import JobState, stream, write_context, write_dockerfile
 from dockerarch.engine import BuildSpec
 from dockerarch.errors import EngineError
@@ -86,7 +87,9 @@ def use_farm(job: JobState) -> None:
         if not (job.context / accel.CONTEXT_DIR).is_dir():
             accel.prepare_context(job.context)
         job.built_options = write_dockerfile(job.request, job.context)
-    tag = None if native else job.toolchain_image
+    if not native:
+        toolchain_landed(job)  # the probe runs in the image: here, not only in the registry
+    tag = None if native or job.toolchain_remote is not None else job.toolchain_image
     if tag is None:  # the stage's own, built for the probe
         stage = "build-tools" if native else "toolchain"
         tag = re.sub(r"[^a-z0-9_./:-]", "-", f"dockerarch/{stage}:{job.target}".lower())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from pathlib import Path
 
 from dockerarch import (
     accel,
@@ -20,17 +21,19 @@ _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image 
 
 
 def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str, what: str,
-                   shared: str) -> None:  # fmt: skip
+                   shared: str, *, look: bool = True,
+                   build_args: dict[str, str] | None = None) -> None:  # fmt: skip
     """Build ``stage`` of the job's Dockerfile into the engine as ``tag``, unless it is there or
-    the team's registry has it under the same key (one build of a tag at a time: a set's
-    members may ask for it together); push what was made when the registry takes it."""
+    (``look``) the team's registry has it under the same key (one build of a tag at a time: a
+    set's members may ask for it together); push what was made when the registry takes it."""
     with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
         if job.engine.image_labels(tag) is None:
-            if not pulled(job, tag, machineimages.KEY_LABEL, key, platform, what):
+            if not (look and pulled(job, tag, machineimages.KEY_LABEL, key, platform, what)):
                 spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
                                  load_tag=tag, secrets=job.secrets, cache=job.options.cache,
                                  build_contexts=job.contexts, allow=job.allow,
-                                 labels={machineimages.KEY_LABEL: key})  # fmt: skip
+                                 labels={machineimages.KEY_LABEL: key},
+                                 build_args=build_args)  # fmt: skip
                 began = time.monotonic()
                 stream(job, spec, f"{what} (once per machine)")
                 job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that "
@@ -39,23 +42,25 @@ def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str,
     machineimages.record_use(tag)  # what dockerarch prune reads: used, so kept
 
 
-def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what: str) -> bool:
-    """Whether the team's registry (registry.yaml's machine_images) gave ``tag``: pulled, taken
-    only when its ``label`` is ``value`` (the key of what it is made from) and its platform is
-    the one asked for (anything else is untagged, and the caller makes it)."""
+def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what: str,
+           remote: str | None = None, otherwise: str = "made here") -> bool:  # fmt: skip
+    """Whether the team's registry (registry.yaml's machine_images) gave ``tag``: pulled (from
+    ``remote``, by default its tag there), taken only when its ``label`` is ``value`` (the key
+    of what it is made from) and its platform is the one asked for (anything else is untagged,
+    and the caller makes it)."""
     sharing = job.options.machine_images
     if sharing is None:
         return False
-    remote = sharing.remote(tag)
+    remote = remote or sharing.remote(tag)
     began = time.monotonic()
     try:
         found = job.engine.pull_image(remote, platform)
     except EngineError as exc:
-        job.say(f"{what}: not pulled from {sharing.prefix} ({exc.problem}): made here")
+        job.say(f"{what}: not pulled from {sharing.prefix} ({exc.problem}): {otherwise}")
         return False
     if found is None:
         job.say(f"{what}: {sharing.prefix} has no {remote.removeprefix(sharing.prefix + '/')}: "
-                "made here")  # fmt: skip
+                f"{otherwise}")  # fmt: skip
         return False
     try:
         if found.labels.get(label) != value or not machineimages.same_platform(
@@ -63,7 +68,7 @@ def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what:
         ):
             job.say(f"warning: {remote} is not what its tag says ({label} "
                     f"{found.labels.get(label, 'none')[:16]}, platform {found.platform}; asked "
-                    f"{value[:16]}, {platform}): not taken, made here")  # fmt: skip
+                    f"{value[:16]}, {platform}): not taken, {otherwise}")  # fmt: skip
             return False
         job.engine.tag_image(remote, tag)
     finally:
@@ -114,53 +119,162 @@ def toolchain_image(job: JobState) -> None:
     made from (accel.toolchain_key): built once, like a base, then given to every build that
     needs the same in place of those stages. A cold build (--no-cache) rebuilds the package, not
     the compilers: with the key, a changed package list, driver or script is a new image.
-    One the machine lacks is made (or pulled) in a thread of its own, its buildx lines in a log
-    of their own, while the job waits for its base and makes its runtime base (which needs no
-    toolchain): toolchain_ready waits for it before the first step that uses it."""
+    Its lower layers, the native Python, are an image of their own (accel.native_python_key),
+    which the emulated stages' apt steps take without waiting for the rest.
+    What the machine lacks is got in threads of their own, their buildx lines in logs of their
+    own, while the job waits for its base and makes its runtime base: the native Python first
+    (pulled from the team's registry, or made), then the toolchain image -- made on it, or, when
+    the team's registry has it under its key, named by its digest there, so that the build
+    pulls it beside its first steps (toolchain_ready waits for what the build needs, and
+    toolchain_landed keeps it on the machine after)."""
     toolchain = job.request.toolchain
     if toolchain is None or job.route.context is not None or job.toolchain_base_id is None:
         return  # a remote node builds its stages itself
     dockerfile = (job.context / "Dockerfile").read_text()
+    python_key = accel.native_python_key(dockerfile, job.toolchain_base_id)
+    python_tag = f"dockerarch/native-python:{toolchain.base_target}-{python_key[:16]}"
     key = accel.toolchain_key(dockerfile, job.context, job.toolchain_base_id)
     tag = f"dockerarch/toolchain:{toolchain.triplet}-gcc{toolchain.gcc}-{key[:16]}"
-    if job.engine.image_labels(tag) is not None:  # the usual case: nothing to wait for
-        machineimages.record_use(tag)
-        _use_toolchain(job, tag)
+    python_here = job.engine.image_labels(python_tag) is not None
+    if python_here and job.engine.image_labels(tag) is not None:  # the usual case
+        for here in (python_tag, tag):
+            machineimages.record_use(here)
+        job.build_args[accel.NATIVE_PYTHON_ARG] = python_tag
+        _use_toolchain(job, tag, tag)
         return
-    log = job.work / "toolchain-image.log"
-    meanwhile = dataclasses.replace(job, log=log.open("w", buffering=1), step=lambda words: None,
-                                    count=lambda *counted: None)  # fmt: skip
 
-    def make() -> None:
+    def meanwhile(log: Path) -> JobState:
+        return dataclasses.replace(job, log=log.open("w", buffering=1), step=lambda words: None,
+                                   count=lambda *counted: None)  # fmt: skip
+
+    python_log, log = job.work / "native-python-image.log", job.work / "toolchain-image.log"
+    python_job, toolchain_job = meanwhile(python_log), meanwhile(log)
+
+    def native_python() -> None:
         try:
-            _machine_image(meanwhile, tag, key, "linux/amd64", accel.NATIVE_STAGES[-1],
-                           "toolchain image", "the same toolchain")  # fmt: skip
+            _machine_image(python_job, python_tag, python_key, "linux/amd64",
+                           accel.NATIVE_PYTHON_STAGE, "native Python image",
+                           "the same native Python")  # fmt: skip
         finally:
-            meanwhile.log.close()
+            python_job.log.close()
 
+    python_done = in_background(native_python)
+
+    def toolchain_source() -> str:
+        """The reference the build takes the toolchain image by."""
+        try:
+            if job.engine.image_labels(tag) is not None:
+                machineimages.record_use(tag)
+                return tag
+            remote = _in_registry(toolchain_job, tag, key)
+            if remote is not None:
+                return remote
+            # Made on the native Python image when it is here; one being made meanwhile is the
+            # same stage, which BuildKit builds once for both (the same layers): the cross
+            # packages' install, the longest step, need not wait for it.
+            on = {accel.NATIVE_PYTHON_ARG: python_tag} if python_here else None
+            _machine_image(toolchain_job, tag, key, "linux/amd64", accel.NATIVE_STAGES[-1],
+                           "toolchain image", "the same toolchain", look=False,
+                           build_args=on)  # fmt: skip
+            return tag
+        finally:
+            toolchain_job.log.close()
+
+    if not python_here:
+        job.say(f"native Python image {python_tag} is not on this machine: getting it while "
+                "the build goes on")  # fmt: skip
     job.say(f"toolchain image {tag} is not on this machine: getting it while the build goes on")
-    job.toolchain_pending = PendingImage(tag=tag, done=in_background(make), log=log)
+    job.native_python_pending = PendingImage(tag=python_tag, done=python_done, log=python_log)
+    job.toolchain_pending = PendingImage(
+        tag=tag, done=in_background(toolchain_source), log=log, key=key
+    )
+
+
+def _in_registry(job: JobState, tag: str, key: str) -> str | None:
+    """The toolchain image ``tag`` in the team's registry, by the digest of what was checked
+    there (its key label is ``key``, its platform linux/amd64), through the registry's API,
+    nothing pulled: the build pulls it by that digest beside its first steps (what a digest
+    names cannot change). None (said) when the registry has none, or not that one: made here."""
+    sharing = job.options.machine_images
+    if sharing is None:
+        return None
+    repository, version = sharing.repository(tag)
+    what = "toolchain image"
+    try:
+        found = job.engine.remote_image(sharing.registry, repository, version, "linux/amd64")
+    except EngineError as exc:
+        job.say(f"{what}: not taken from {sharing.prefix} ({exc.problem}): made here")
+        return None
+    if found is None:
+        job.say(f"{what}: {sharing.prefix} has no {sharing.remote(tag).removeprefix(sharing.prefix + '/')}: "
+                "made here")  # fmt: skip
+        return None
+    if found.labels.get(machineimages.KEY_LABEL) != key or not machineimages.same_platform(
+        found.platform, "linux/amd64"
+    ):
+        job.say(f"warning: {sharing.remote(tag)} is not what its tag says "
+                f"({machineimages.KEY_LABEL} {found.labels.get(machineimages.KEY_LABEL, 'none')[:16]}, "
+                f"platform {found.platform}; asked {key[:16]}, linux/amd64): not taken, made here")  # fmt: skip
+        return None
+    job.say(f"{what} {tag}: {sharing.prefix} has it (what it is made from and its platform "
+            "checked): the build pulls it beside its first steps")  # fmt: skip
+    return f"{sharing.remote(tag)}@{found.digest}"
+
+
+def native_python_ready(job: JobState) -> None:
+    """The native Python image toolchain_image left being got, waited for: its buildx lines join
+    the build's log, and the stages that use the native Python take it from there."""
+    pending, job.native_python_pending = job.native_python_pending, None
+    if pending is None:
+        return
+    if not pending.done.done():
+        job.step("waiting for the native Python image")
+    try:
+        pending.done.result()
+    finally:
+        if pending.log.exists():
+            job.log.write(pending.log.read_text(errors="replace"))
+    job.build_args[accel.NATIVE_PYTHON_ARG] = pending.tag
 
 
 def toolchain_ready(job: JobState) -> None:
-    """The toolchain image toolchain_image left being made, waited for: its buildx lines join the
-    build's log, and the build's native stages come from it."""
+    """What toolchain_image left being got, waited for: the native Python image, then the
+    toolchain image made or pulled here, or its digest in the team's registry (checked, for the
+    build to pull); the buildx lines join the build's log, and the build's native stages come
+    from it."""
+    native_python_ready(job)
     pending, job.toolchain_pending = job.toolchain_pending, None
     if pending is None:
         return
     if not pending.done.done():
         job.step("waiting for the toolchain image")
     try:
-        pending.done.result()
+        source = pending.done.result()
     finally:
         if pending.log.exists():
             job.log.write(pending.log.read_text(errors="replace"))
-    _use_toolchain(job, pending.tag)
+    _use_toolchain(job, pending.tag, source, pending.key)
 
 
-def _use_toolchain(job: JobState, tag: str) -> None:
+def _use_toolchain(job: JobState, tag: str, source: str, key: str = "") -> None:
     job.toolchain_image = tag
-    job.build_args.update(dict.fromkeys(accel.NATIVE_STAGE_ARGS, tag))
+    job.toolchain_remote = None if source == tag else (source, key)
+    job.build_args[accel.TOOLCHAIN_ARG] = source
+
+
+def toolchain_landed(job: JobState) -> None:
+    """The toolchain image the build pulled from the team's registry by digest, kept on this
+    machine under its own tag (a docker pull of what BuildKit already has: instant; checked as
+    any pull of a machine image is) and named so by the build's later invocations. One that
+    cannot be kept is said: the build goes on with the registry's."""
+    if job.toolchain_remote is None or job.toolchain_image is None:
+        return
+    (remote, key), tag = job.toolchain_remote, job.toolchain_image
+    if pulled(job, tag, machineimages.KEY_LABEL, key, "linux/amd64", "toolchain image",
+              remote=remote, otherwise="the build goes on with the registry's"):  # fmt: skip
+        job.toolchain_remote = None
+        job.build_args[accel.TOOLCHAIN_ARG] = tag
+        machineimages.record_use(tag)
 
 
 def runtime_base_image(job: JobState) -> None:
@@ -186,6 +300,8 @@ def runtime_base_image(job: JobState) -> None:
         return
     key = accel.runtime_base_key(dockerfile, job.context, job.base_id, job.toolchain_base_id)
     tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
+    if job.engine.image_labels(tag) is None:
+        native_python_ready(job)  # its apt step runs the native Python
     _machine_image(job, tag, key, request.target.platform, accel.RUNTIME_BASE_STAGE,
                    "runtime base image", "the same packages on this base")  # fmt: skip
     job.runtime_base_image = tag

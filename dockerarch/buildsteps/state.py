@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO, TypeVar
+from typing import Any, Protocol, TextIO, TypeVar
 
 from dockerarch import (
     accel,
@@ -23,12 +23,13 @@ from dockerarch import (
 )
 from dockerarch import farm as farm_module
 from dockerarch.compilercache import RemoteCache
-from dockerarch.config import FarmServer
+from dockerarch.config import FarmServer, RegistryConfig
 from dockerarch.engine import BuildFailed, BuildSpec, Pulled
 from dockerarch.errors import DockerarchError, EngineError
 from dockerarch.files import context_name, write_atomic
 from dockerarch.machineimages import Sharing
 from dockerarch.pipconfig import BuildIndexes
+from dockerarch.registry import RemoteImage
 from dockerarch.render import RenderRequest, render_dockerfile
 
 T = TypeVar("T")
@@ -45,6 +46,9 @@ class Engine(Protocol):
     def copy_image(self, reference: str, to_context: str) -> None: ...
     def machine_info(self, context: str | None = None) -> dict[str, str]: ...
     def pull_image(self, reference: str, platform: str) -> Pulled | None: ...
+    def remote_image(
+        self, registry: RegistryConfig, repository: str, tag: str, platform: str
+    ) -> RemoteImage | None: ...
     def push_as(self, tag: str, remote: str) -> str: ...
     def remove_tag(self, reference: str) -> None: ...
     def tag_image(self, reference: str, tag: str, context: str | None = None) -> None: ...
@@ -92,8 +96,9 @@ class PendingImage:
     tag, the thread's result, and the log its buildx lines go to (the job's log after it)."""
 
     tag: str
-    done: Future[None]
+    done: Future[Any]  # a toolchain image's: the reference the build takes it by
     log: Path
+    key: str = ""  # the sha256 of what it is made from
 
 
 def in_background(work: Callable[[], T]) -> Future[T]:
@@ -131,6 +136,10 @@ class JobState:
     toolchain_base_id: str | None = None  # the amd64 base of a hybrid build's native stages
     toolchain_image: str | None = None  # the image that gives this build its native stages
     toolchain_pending: PendingImage | None = None  # being made or pulled meanwhile
+    native_python_pending: PendingImage | None = None  # its lower layers, an image of their own
+    # the toolchain image as the build pulls it from the team's registry (REMOTE@DIGEST, its
+    # key), until toolchain_landed keeps it here
+    toolchain_remote: tuple[str, str] | None = None
     runtime_base_image: str | None = None  # the image its build and runtime stages start from
     pushes: list[Future[None]] = field(default_factory=list)  # machine images being pushed
     cache_ref: str | None = None

@@ -1,5 +1,5 @@
-"""``dockerarch prune``: remove this machine's toolchain images and runtime bases no build has
-used for a while."""
+"""``dockerarch prune``: remove this machine's toolchain images, native Python images and runtime
+bases no build has used for a while."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ def prune(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Remove the toolchain images and runtime bases (about 0.6 GB and 0.2 GB each) that builds
-    make once and share, when no build has used them for --unused-for days: each new dockerarch,
-    re-bootstrapped base or package list makes new ones and leaves the old. Bases, build results
-    and runtime images are not touched; the next build that needs a removed image makes it
-    again."""
+    """Remove the toolchain images, their native Python images and runtime bases (about 0.6 GB,
+    0.2 GB and 0.2 GB each, the base's layers shared) that builds make once and share, when no
+    build has used them for --unused-for days: each new dockerarch, re-bootstrapped base or
+    package list makes new ones and leaves the old. Bases, build results and runtime images are
+    not touched; the next build that needs a removed image makes it again."""
     from dockerarch import machineimages
     from dockerarch.cli.output import columns
 

@@ -68,7 +68,7 @@ def test_base_ls_lists_them_with_their_source(bootstrapped: str) -> None:
         assert rows[tag]["source"].endswith(" bookworm")
         assert rows[tag]["size_mb"] > 10
     assert not [r for r in listed if derived in r["tags"]
-                or any(t.startswith(("dockerarch/toolchain:", "dockerarch/runtime-base:"))
+                or any(t.startswith(("dockerarch/toolchain:", "dockerarch/native-python:", "dockerarch/runtime-base:"))
                        for t in r["tags"])], listed  # fmt: skip
 
 

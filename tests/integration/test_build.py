@@ -41,11 +41,11 @@ def manifest(result: Path) -> dict[str, object]:
     return json.loads((result / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
-def _images(reference: str) -> list[str]:
-    """The repository:tag of the engine's images matching ``reference``."""
+def _images(*references: str) -> list[str]:
+    """The repository:tag of the engine's images matching any of ``references``."""
+    filters = [arg for reference in references for arg in ("--filter", f"reference={reference}")]
     listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
-                             "--filter", f"reference={reference}"],
-                            check=True, capture_output=True, text=True)  # fmt: skip
+                             *filters], check=True, capture_output=True, text=True)  # fmt: skip
     return listed.stdout.split()
 
 
@@ -223,17 +223,19 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
     assert hybrid["compiles"] >= 2, hybrid  # type: ignore[index]  # tinyext.c and tinyxx.cpp
     assert hybrid["native"] == hybrid["runs"] and hybrid["emulated"] == 0  # type: ignore[index]
     # One buildx invocation exports the wheel and the compiler-run log; the runtime image is made
-    # from the verified wheel: the toolchain and build stages are resolved once per job (they ran
-    # again in each later invocation when two targets built at once). The libraries check reads
+    # from the verified wheel: the build stage is resolved once per job (it ran again in each
+    # later invocation when two targets built at once), and the runtime stage takes only the
+    # toolchain image's native Python and uv (no step of it runs). The libraries check reads
     # the runtime image natively (`needs`, FROM it), and says so in the log.
     # (The machine images, when this job made them, log their own stages: not the job's.)
     log = (result / "build.log").read_text()
-    machine = {accel.NATIVE_STAGES[-1], accel.RUNTIME_BASE_STAGE}
+    machine = {accel.NATIVE_PYTHON_STAGE, accel.NATIVE_STAGES[-1], accel.RUNTIME_BASE_STAGE}
     stages = [s for s in re.findall(r"^### buildx: stage (\S+) for", log, re.M) if s not in machine]
     assert stages == ["toolchain-log", "runtime", "needs"], stages
     assert "### shared libraries, read natively in " in log
     runtime_part = log.split("### buildx: stage runtime for", 1)[1]
-    assert "[toolchain " not in runtime_part and "[build " not in runtime_part, runtime_part
+    assert "[build " not in runtime_part, runtime_part
+    assert not re.search(r"\[toolchain\S* \d+/\d+\] (?:RUN|COPY)", runtime_part), runtime_part
     assert sorted(p.name for p in result.iterdir() if p.name.startswith(".")) == []
     # The runtime image is the base plus the wheel: no toolchain, no x86-64 loader.
     image = manifest(result)["image"]["tag"]  # type: ignore[index]
@@ -740,10 +742,10 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
     ran = re.findall(
         r"^#\d+ \[(?:toolchain|native-python)(?:-stage)? \d+/\d+\] (?:RUN|COPY).*", log, re.M
     )
-    # Both stages are FROM the one toolchain image: BuildKit solves it once and names the vertex
-    # after either stage (native-python or toolchain), whichever it met first.
-    from_image = r"\[(?:toolchain|native-python) 1/1\] FROM docker\.io/dockerarch/toolchain:"
-    assert ran == [] and re.search(from_image, log), ran
+    # The stages are FROM the machine's images: the native Python's and the toolchain's.
+    assert ran == [], ran
+    assert re.search(r"\[native-python 1/1\] FROM docker\.io/dockerarch/native-python:", log)
+    assert re.search(r"\[toolchain 1/1\] FROM docker\.io/dockerarch/toolchain:", log)
     subprocess.run(["docker", "image", "inspect", str(data["toolchain_image"])], check=True,
                    capture_output=True)  # fmt: skip
     # What it leaves is what the emulated apt leaves: a consistent dpkg database the board's own
@@ -768,13 +770,16 @@ def test_a_cold_hybrid_build_installs_with_the_native_apt(tmp_path: Path) -> Non
 def test_a_machine_without_the_toolchain_image_pulls_it_from_the_team_registry(
     tmp_path: Path,
 ) -> None:
-    """The target's one toolchain image (about 1.1 GB: cross gcc, every native driver) is what a
+    """The target's one toolchain image (about 0.4 GB: cross gcc, every native driver) is what a
     fresh machine's first hybrid build waits for longest. Made by a machine whose registry.yaml
-    pushes machine images, it is pushed under its key; a machine without it (here: the same
-    engine after `docker image rm`) pulls it, checked, instead of making it, and builds with it."""
-    for made in _images("dockerarch/toolchain:arm-linux-gnueabihf-*"):
+    pushes machine images, it is pushed under its key with its native Python image (its lower
+    layers); a machine without them (here: the same engine after `docker image rm`) pulls the
+    native Python, checked, and names the toolchain image by its digest in the registry, checked
+    through the registry's API: the build pulls it beside its first steps, and keeps it."""
+    for made in _images("dockerarch/toolchain:arm-linux-gnueabihf-*", "dockerarch/native-python:*"):
         subprocess.run(["docker", "image", "rm", "--force", made], check=True, capture_output=True)
     _forget(f"{TEAM}/toolchain")
+    _forget(f"{TEAM}/native-python")
     first = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-smoke",
                        "--out", str(tmp_path / "first"), env=_team_config(tmp_path, "push"),
                        timeout=3600)  # fmt: skip
@@ -782,24 +787,34 @@ def test_a_machine_without_the_toolchain_image_pulls_it_from_the_team_registry(
     said = first.stderr + first.stdout
     toolchain = str(manifest(tmp_path / "first" / "debian-armv7" / "dockerarch_tinyext-1.0.0")
                     ["toolchain_image"])  # fmt: skip
-    assert f"toolchain image {toolchain} made in" in said, said[-3000:]
-    remote = f"127.0.0.1:5000/{TEAM}/{toolchain.removeprefix('dockerarch/')}"
-    assert f"toolchain image pushed to {remote}" in said, said[-3000:]
+    (python,) = _images("dockerarch/native-python:*")
+    for what, made in (("toolchain image", toolchain), ("native Python image", python)):
+        assert f"{what} {made} made in" in said, said[-3000:]
+        remote = f"127.0.0.1:5000/{TEAM}/{made.removeprefix('dockerarch/')}"
+        assert f"{what} pushed to {remote}" in said, said[-3000:]
     made_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", toolchain],
                              check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
-    subprocess.run(["docker", "image", "rm", toolchain], check=True, capture_output=True)
+    subprocess.run(["docker", "image", "rm", toolchain, python], check=True, capture_output=True)
     again = dockerarch("build", "wheel", "--package", str(CEXT), "--arch", "armv7", "--no-smoke",
                        "--out", str(tmp_path / "again"), env=_team_config(tmp_path, "pull"),
                        timeout=3600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stderr + again.stdout
-    assert f"toolchain image {toolchain} pulled from 127.0.0.1:5000/{TEAM}" in said, said[-3000:]
-    assert f"toolchain image {toolchain} made in" not in said, said[-3000:]
+    team = f"127.0.0.1:5000/{TEAM}"
+    assert f"native Python image {python} pulled from {team}" in said, said[-3000:]
+    assert f"toolchain image {toolchain}: {team} has it" in said, said[-3000:]
+    assert f"toolchain image {toolchain} pulled from {team}" in said, said[-3000:]  # kept
+    assert " made in " not in said, said[-3000:]
     result = tmp_path / "again" / "debian-armv7" / "dockerarch_tinyext-1.0.0"
     assert manifest(result)["toolchain_image"] == toolchain
     pulled_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", toolchain],
                                check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
     assert pulled_id == made_id  # the very image the other machine made
-    assert not _images(remote)  # kept under the engine's own tag only
+    remote = f"{team}/{toolchain.removeprefix('dockerarch/')}"
+    assert not _images(remote, f"{team}/native-python:*")  # kept under the engine's own tags only
     log = (result / "build.log").read_text()
-    assert not re.findall(r"^#\d+ \[toolchain(?:-stage)? \d+/\d+\] RUN", log, re.M)
+    assert not re.findall(r"^#\d+ \[(?:toolchain|native-python)(?:-stage)? \d+/\d+\] RUN", log,
+                          re.M)  # fmt: skip
+    # the build's own pull, by the digest checked: beside the first steps, not before them
+    assert re.search(rf"^#\d+ \[toolchain 1/1\] FROM {re.escape(remote)}@sha256:[0-9a-f]{{64}}$",
+                     log, re.M), log[:3000]  # fmt: skip

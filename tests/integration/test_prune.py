@@ -46,7 +46,7 @@ def state(tmp_path: Path) -> Iterator[dict[str, str]]:
     listed = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
     now = time.time()
     used = {tag: now for tag in listed
-            if tag.startswith(("dockerarch/toolchain:", "dockerarch/runtime-base:"))}  # fmt: skip
+            if tag.startswith(("dockerarch/toolchain:", "dockerarch/native-python:", "dockerarch/runtime-base:"))}  # fmt: skip
     used[STALE] = used[BUSY] = now - 30 * DAY
     (tmp_path / "machine-images.json").write_text(json.dumps(used))
     try:

@@ -64,9 +64,11 @@ def test_the_toolchain_image_is_made_while_the_target_base_is_bootstrapped(
     assert state.toolchain_base_id is not None and state.base_id is None
     buildsteps.toolchain_image(state)  # while debian-armv7's bootstrap has not finished
     buildsteps.toolchain_ready(state)
-    (spec,) = engine.built
-    assert spec.stage == "toolchain-stage"
-    assert "SOURCE_DATE_EPOCH" not in (spec.build_args or {})  # the target's date: not yet
+    # the native Python image and the toolchain image: made beside each other, before the
+    # target's date is known
+    assert sorted(spec.stage for spec in engine.built) == ["native-python-stage", "toolchain-stage"]
+    for spec in engine.built:
+        assert "SOURCE_DATE_EPOCH" not in (spec.build_args or {})  # the target's date: not yet
     assert state.base_pending is not None and not state.base_pending.done()
 
     waited: list[str] = []

@@ -37,14 +37,17 @@ def test_machine_images_are_pulled_from_the_registry_unless_it_says_otherwise(
     path.write_text("registry:\n  address: registry.example.invalid:5000\n  namespace: team/ci\n")
     config = parse_registry_config(path)
     found = machineimages.sharing(config)
-    assert found == machineimages.Sharing("registry.example.invalid:5000/team/ci", push=False)
+    assert found == machineimages.Sharing(config, push=False)
+    assert found.prefix == "registry.example.invalid:5000/team/ci"
+    assert found.repository("dockerarch/toolchain:x-1") == ("team/ci/toolchain", "x-1")
     assert (
         found.remote("dockerarch/toolchain:x-1")
         == "registry.example.invalid:5000/team/ci/toolchain:x-1"
     )
     path.write_text("registry:\n  machine_images: push\n")
     pushing = dataclasses.replace(parse_registry_config(path), address="h", namespace="n")
-    assert machineimages.sharing(pushing) == (machineimages.Sharing("h/n", push=True))
+    assert machineimages.sharing(pushing) == machineimages.Sharing(pushing, push=True)
+    assert machineimages.Sharing(pushing).prefix == "h/n"
     path.write_text("registry:\n  machine_images: off\n")  # YAML's false, as written
     assert parse_registry_config(path).machine_images == "off"
     assert machineimages.sharing(RegistryConfig(machine_images="off")) is None

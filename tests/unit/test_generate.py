@@ -101,7 +101,10 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     runtime, needs = runtime.split("# dockerarch build's check of the libraries")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
     assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python-stage\n" in head
-    assert "FROM native-python-stage AS toolchain-stage\n" in head
+    # made on the native Python (an image of its own, its lower layers)
+    assert "FROM native-python AS toolchain-stage\n" in head
+    assert "FROM native-python AS toolchain-wheels\n" in head
+    assert head.index(" AS native-python\n") < head.index(" AS toolchain-wheels\n")
     # ... which dockerarch build takes from the machine's toolchain image (by default built here).
     assert text.startswith("# Generated") and "\nARG DOCKERARCH_TOOLCHAIN=toolchain-stage\n" in head
     assert head.index("ARG DOCKERARCH_TOOLCHAIN=") < head.index("\nFROM ")
@@ -184,8 +187,12 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     sonames = build.index(" && mkdir -p /out /src /stage")
     assert graft < check < swap < sonames < build.index("\nRUN ", check + 1)
     # The runtime image takes nothing of the cross toolchain; a wheel's installation there
-    # byte-compiles with the native-python stage's interpreter (pip-install, a toolchain script)
-    assert not re.search(r"from=toolchain|ccache|dockerarch-cc|x86", runtime)
+    # byte-compiles with the toolchain image's native interpreter and installs with its uv
+    # (pip-install, a toolchain script), mounted for that step only
+    assert not re.search(r"COPY --from=toolchain|ccache|dockerarch-cc|x86", runtime)
+    assert re.findall(r"\S*from=toolchain\S*", runtime) == [
+        "--mount=type=bind,from=toolchain,target=/run/dockerarch-native"
+    ]
     # The libraries check reads the runtime image natively, in stages nothing is loaded from:
     # only its report is exported.
     assert "native-needs /run/dockerarch-native" in needs and "--network=none" in needs
@@ -193,7 +200,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     # and `docker build` of the file without --target still makes the runtime image
     assert needs.rstrip().endswith("FROM runtime AS runtime-image")
     if "wheel" in RECIPES[recipe].artifacts:
-        assert "--mount=type=bind,from=native-python,target=/run/dockerarch-native" in runtime
+        assert "--mount=type=bind,from=toolchain,target=/run/dockerarch-native" in runtime
         assert "sh /run/dockerarch/pip-install /run/dockerarch-native --no-cache-dir" in runtime
         plain = _render(recipe, target, "none")  # no native stage to compile with
         assert "pip-install" not in plain and "python3 -m pip install --no-cache-dir" in plain

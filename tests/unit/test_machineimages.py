@@ -97,7 +97,8 @@ def test_a_build_that_takes_or_makes_a_machine_image_records_its_use(tmp_path: P
     buildsteps.toolchain_ready(state)
     record = base.STATE_DIR / machineimages.RECORD
     first = json.loads(record.read_text())
-    assert list(first) == [state.toolchain_image]
+    python = state.build_args["DOCKERARCH_NATIVE_PYTHON"]
+    assert sorted(first) == [python, state.toolchain_image]  # and its native Python image
     again, _ = job(tmp_path, fake)
     buildsteps.toolchain_image(again)  # taken: used again, later
     buildsteps.toolchain_ready(again)

@@ -14,17 +14,21 @@ import pytest
 
 from dockerarch import accel, builders, buildsteps, machineimages, paths
 from dockerarch.accel import Decision
-from dockerarch.config import FarmServer
+from dockerarch.config import FarmServer, RegistryConfig
 from dockerarch.engine import BuildSpec, Pulled
 from dockerarch.errors import EngineError
+from dockerarch.registry import RemoteImage
 from dockerarch.render import for_generate, plan
 
 BASE = "sha256:" + "1" * 64
+DIGEST = "sha256:" + "d" * 64  # of a manifest in the stand-in registry
 
 
 class FakeEngine:
     """Has the images in ``images``; a build of a loaded tag adds it. ``registry``: what a
-    registry holds (reference -> Pulled, or an EngineError its pull raises)."""
+    registry holds (reference -> Pulled, or an EngineError its pull raises); its API answers
+    for the same references (a Pulled's manifest digest: DIGEST), and a pull by digest gets
+    what its tag names."""
 
     def __init__(self, images: set[str] | None = None,
                  registry: dict[str, Pulled | EngineError] | None = None) -> None:  # fmt: skip
@@ -33,9 +37,21 @@ class FakeEngine:
         self.built: list[BuildSpec] = []
         self.probed: list[str] = []
         self.pushed: list[str] = []
+        self.looked_up: list[str] = []
+
+    def remote_image(self, registry: RegistryConfig, repository: str, tag: str,
+                     platform: str) -> RemoteImage | None:  # fmt: skip
+        reference = f"{registry.address}/{repository}:{tag}"
+        self.looked_up.append(reference)
+        found = self.registry.get(reference)
+        if isinstance(found, EngineError):
+            raise found
+        if found is None:
+            return None
+        return RemoteImage(digest=DIGEST, labels=found.labels, platform=found.platform)
 
     def pull_image(self, reference: str, platform: str) -> Pulled | None:
-        found = self.registry.get(reference)
+        found = self.registry.get(reference.removesuffix(f"@{DIGEST}"))
         if isinstance(found, EngineError):
             raise found
         if found is not None:
@@ -106,22 +122,37 @@ def test_the_first_build_makes_the_image_and_takes_its_native_stages_from_it(
     state, said = job(tmp_path, engine)
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
-    (spec,) = engine.built
+    python, spec = sorted(engine.built, key=lambda s: s.stage)
     assert (spec.stage, spec.platform, spec.cache) == ("toolchain-stage", "linux/amd64", False)
     tag = spec.load_tag
     assert tag is not None and tag.startswith("dockerarch/toolchain:arm-linux-gnueabihf-gcc12-")
+    # its lower layers, the native Python, an image of their own (the first steps take it)
+    assert (python.stage, python.platform) == ("native-python-stage", "linux/amd64")
+    python_tag = python.load_tag
+    assert python_tag is not None and python_tag.startswith("dockerarch/native-python:")
     assert state.toolchain_image == tag
-    assert state.build_args == {"DOCKERARCH_NATIVE_PYTHON": tag, "DOCKERARCH_TOOLCHAIN": tag}
+    assert state.build_args == {"DOCKERARCH_NATIVE_PYTHON": python_tag, "DOCKERARCH_TOOLCHAIN": tag}
     assert any(tag in line and "made in" in line for line in said), said
+    assert any(python_tag in line and "made in" in line for line in said), said
 
     # Another build with the same toolchain (even with --no-cache) builds no stage of it again.
     again, _ = job(tmp_path, engine, recipe="qpulib")
     buildsteps.toolchain_image(again)
     buildsteps.toolchain_ready(again)
-    assert len(engine.built) == 1 and again.toolchain_image == tag
+    assert len(engine.built) == 2 and again.toolchain_image == tag
+    assert again.build_args == state.build_args
+    # A toolchain made where the native Python image is already: made on it (its layers).
+    engine.images.discard(tag)
+    third, _ = job(tmp_path, engine, recipe="qpulib")
+    buildsteps.toolchain_image(third)
+    buildsteps.toolchain_ready(third)
+    assert len(engine.built) == 3 and engine.built[-1].stage == "toolchain-stage"
+    assert (engine.built[-1].build_args or {})["DOCKERARCH_NATIVE_PYTHON"] == python_tag
 
 
-TEAM = machineimages.Sharing("registry.example.invalid:5000/dockerarch", push=True)
+TEAM = machineimages.Sharing(
+    RegistryConfig(address="registry.example.invalid:5000", namespace="dockerarch"), push=True
+)
 
 
 def _remote(tag: str) -> str:
@@ -136,29 +167,32 @@ def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
-    assert len(state.pushes) == 1  # pushed while the build goes on with it
+    assert len(state.pushes) == 2  # pushed while the build goes on with them
     buildsteps.pushes_done(state)
     assert state.pushes == []
-    (spec,) = engine.built
-    tag = spec.load_tag
-    assert tag is not None and spec.labels is not None
-    made_key = spec.labels[machineimages.KEY_LABEL]
-    assert tag.endswith(made_key[:16])  # the label holds the whole key the tag is cut from
-    assert (
-        engine.pushed
-        == [_remote(tag)]
-        == ["registry.example.invalid:5000/dockerarch/" + tag.removeprefix("dockerarch/")]
+    tags = []
+    for spec in engine.built:
+        tag = spec.load_tag
+        assert tag is not None and spec.labels is not None
+        made_key = spec.labels[machineimages.KEY_LABEL]
+        assert tag.endswith(made_key[:16])  # the label holds the whole key the tag is cut from
+        tags.append(tag)
+    assert sorted(engine.pushed) == sorted(_remote(tag) for tag in tags)
+    assert sorted(engine.pushed) == sorted(
+        "registry.example.invalid:5000/dockerarch/" + tag.removeprefix("dockerarch/")
+        for tag in tags
     )
-    assert _remote(tag) not in engine.images  # the engine keeps its own tag only
+    assert not any(_remote(tag) in engine.images for tag in tags)  # its own tags only
     assert any("has no toolchain:" in line for line in said), said
-    assert any(f"pushed to {_remote(tag)}" in line for line in said), said
+    assert any("has no native-python:" in line for line in said), said
+    assert all(any(f"pushed to {_remote(tag)}" in line for line in said) for tag in tags), said
     # read-only ("pull"): made, never pushed
     engine = FakeEngine()
-    state, _ = job(tmp_path, engine, sharing=machineimages.Sharing(TEAM.prefix))
+    state, _ = job(tmp_path, engine, sharing=machineimages.Sharing(TEAM.registry))
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
     buildsteps.pushes_done(state)
-    assert len(engine.built) == 1 and engine.pushed == [] and state.pushes == []
+    assert len(engine.built) == 2 and engine.pushed == [] and state.pushes == []
 
 
 def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_and_platform_hold(
@@ -169,34 +203,79 @@ def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_
     made, _ = job(tmp_path, probe)
     buildsteps.toolchain_image(made)
     buildsteps.toolchain_ready(made)
-    (spec,) = probe.built
-    tag, right = spec.load_tag, spec.labels
-    assert tag is not None and right is not None
+    python, spec = sorted(probe.built, key=lambda s: s.stage)
+    tag, right, python_tag = spec.load_tag, spec.labels, python.load_tag
+    assert tag is not None and right is not None and python_tag is not None
     good = Pulled(labels=dict(right), platform="linux/amd64")
-    engine = FakeEngine(registry={_remote(tag): good})
+    python_good = Pulled(labels=dict(python.labels or {}), platform="linux/amd64")
+    engine = FakeEngine(registry={_remote(tag): good, _remote(python_tag): python_good})
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
-    assert engine.built == [] and engine.pushed == [] and tag in engine.images
-    assert _remote(tag) not in engine.images
-    assert state.toolchain_image == tag
+    assert engine.built == [] and engine.pushed == []
+    # the native Python pulled at once; the toolchain image checked through the registry's API
+    # and given to the build by its digest there, for the build to pull beside its first steps
+    assert python_tag in engine.images and tag not in engine.images
+    assert engine.looked_up == [_remote(tag)]
+    assert state.build_args == {"DOCKERARCH_NATIVE_PYTHON": python_tag,
+                                "DOCKERARCH_TOOLCHAIN": f"{_remote(tag)}@{DIGEST}"}  # fmt: skip
+    assert any(f"{python_tag} pulled from {TEAM.prefix}" in line for line in said), said
+    assert any(f"{tag}: {TEAM.prefix} has it" in line for line in said), said
+    # after the build: kept on the machine under its own tag, and named so from then on
+    buildsteps.toolchain_landed(state)
+    assert tag in engine.images and f"{_remote(tag)}@{DIGEST}" not in engine.images
+    assert state.toolchain_image == tag and state.build_args["DOCKERARCH_TOOLCHAIN"] == tag
     assert any(f"{tag} pulled from {TEAM.prefix}" in line for line in said), said
+    buildsteps.toolchain_landed(state)  # once
+    assert engine.built == []
     # another key under the tag, or another platform: not taken, made here
     for bad in (Pulled(labels={machineimages.KEY_LABEL: "0" * 64}, platform="linux/amd64"),
                 Pulled(labels=dict(right), platform="linux/arm64")):  # fmt: skip
-        engine = FakeEngine(registry={_remote(tag): bad})
+        engine = FakeEngine(registry={_remote(tag): bad, _remote(python_tag): python_good})
         state, said = job(tmp_path, engine, sharing=TEAM)
         buildsteps.toolchain_image(state)
         buildsteps.toolchain_ready(state)
-        assert len(engine.built) == 1 and _remote(tag) not in engine.images
+        assert [s.stage for s in engine.built] == ["toolchain-stage"]
+        assert _remote(tag) not in engine.images and state.build_args["DOCKERARCH_TOOLCHAIN"] == tag
         assert any("is not what its tag says" in line for line in said), said
     # a registry that does not answer: made here, said
-    engine = FakeEngine(registry={_remote(tag): EngineError("connection refused")})
+    engine = FakeEngine(registry={_remote(tag): EngineError("connection refused"),
+                                  _remote(python_tag): EngineError("connection refused")})  # fmt: skip
     state, said = job(tmp_path, engine, sharing=TEAM)
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
-    assert len(engine.built) == 1
+    assert len(engine.built) == 2
+    assert any("not taken from" in line and "connection refused" in line for line in said), said
     assert any("not pulled from" in line and "connection refused" in line for line in said), said
+
+
+def test_a_toolchain_image_the_registry_gives_something_else_for_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pull by digest after the build is checked like any: what it gets under another key
+    is not tagged as this machine's toolchain image (the build went on with what it checked)."""
+    monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
+    probe = FakeEngine()
+    made, _ = job(tmp_path, probe)
+    buildsteps.toolchain_image(made)
+    buildsteps.toolchain_ready(made)
+    python, spec = sorted(probe.built, key=lambda s: s.stage)
+    tag, python_tag = spec.load_tag, python.load_tag
+    assert tag is not None and python_tag is not None
+    engine = FakeEngine(
+        images={python_tag},
+        registry={_remote(tag): Pulled(labels=dict(spec.labels or {}), platform="linux/amd64")},
+    )
+    state, said = job(tmp_path, engine, sharing=TEAM)
+    buildsteps.toolchain_image(state)
+    buildsteps.toolchain_ready(state)
+    engine.registry[_remote(tag)] = Pulled(labels={machineimages.KEY_LABEL: "0" * 64},
+                                           platform="linux/amd64")  # fmt: skip
+    buildsteps.toolchain_landed(state)
+    assert tag not in engine.images and not any(_remote(tag) in i for i in engine.images)
+    assert state.build_args["DOCKERARCH_TOOLCHAIN"] == f"{_remote(tag)}@{DIGEST}"
+    assert any("is not what its tag says" in line and "the build goes on with the registry's"
+               in line for line in said), said  # fmt: skip
 
 
 def test_arm64_s_variant_is_the_same_platform() -> None:
@@ -220,7 +299,7 @@ def test_the_farm_probes_with_the_toolchain_image(tmp_path: Path) -> None:
     buildsteps.toolchain_ready(state)
     with pytest.raises(EngineError, match="Probing the farm with dockerarch/toolchain:"):
         buildsteps.use_farm(state)  # the stand-in's probe fails; what matters is what it ran
-    assert engine.probed == [state.toolchain_image] and len(engine.built) == 1
+    assert engine.probed == [state.toolchain_image] and len(engine.built) == 2
 
 
 DOCKERFILE = """\
@@ -319,15 +398,17 @@ def test_the_runtime_base_is_made_while_the_toolchain_image_is(tmp_path: Path) -
     buildsteps.toolchain_image(state)
     assert state.toolchain_pending is not None and state.toolchain_image is None
     buildsteps.runtime_base_image(state)  # the toolchain image still being made
-    (runtime,) = engine.built
+    python, runtime = engine.built
     assert runtime.stage == "runtime-base-stage" and state.runtime_base_image
-    assert "DOCKERARCH_NATIVE_PYTHON" not in (runtime.build_args or {})  # its own stage's Python
+    # the native Python image, which it byte-compiles with, waited for: not the toolchain
+    assert python.stage == "native-python-stage"
+    assert (runtime.build_args or {})["DOCKERARCH_NATIVE_PYTHON"] == python.load_tag
     waited: list[str] = []
     state.step = waited.append
     threading.Timer(0.2, release.set).start()
     buildsteps.toolchain_ready(state)
     assert waited == ["waiting for the toolchain image"]
-    tag = engine.built[1].load_tag
+    tag = engine.built[2].load_tag
     assert tag is not None and state.toolchain_image == tag and state.toolchain_pending is None
     assert state.build_args["DOCKERARCH_TOOLCHAIN"] == tag
     log = state.log.getvalue()  # type: ignore[attr-defined]
@@ -350,14 +431,14 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     buildsteps.toolchain_image(state)
     buildsteps.toolchain_ready(state)
     buildsteps.runtime_base_image(state)
-    toolchain, spec = engine.built
+    python, spec, _toolchain = sorted(engine.built, key=lambda s: s.stage)
     assert (spec.stage, spec.platform, spec.cache) == ("runtime-base-stage", "linux/arm/v7", False)
     tag = spec.load_tag
     assert tag is not None and tag.startswith("dockerarch/runtime-base:debian-armv7-")
     assert state.runtime_base_image == tag and state.build_args["DOCKERARCH_RUNTIME_BASE"] == tag
-    # made after the toolchain image, whose Python it byte-compiles with
+    # made with the native Python image, whose Python it byte-compiles with
     assert spec.build_args is not None
-    assert spec.build_args["DOCKERARCH_NATIVE_PYTHON"] == toolchain.load_tag
+    assert spec.build_args["DOCKERARCH_NATIVE_PYTHON"] == python.load_tag
     assert any(tag in line and "made in" in line for line in said), said
 
     again, _ = job(tmp_path, engine, recipe="numpy")
@@ -365,15 +446,15 @@ def test_the_runtime_base_is_made_once_per_packages_and_base_and_given_to_cold_b
     buildsteps.toolchain_image(again)
     buildsteps.toolchain_ready(again)
     buildsteps.runtime_base_image(again)
-    assert len(engine.built) == 2 and again.runtime_base_image == tag
+    assert len(engine.built) == 3 and again.runtime_base_image == tag
 
     # Another toolchain (a recipe with other native drivers) of the same Python: the same image;
     # another native Python: another.
     dockerfile = (state.context / "Dockerfile").read_text()
     key = accel.runtime_base_key(dockerfile, state.context, BASE, BASE)
     assert tag.endswith(key[:16])
-    drivers = dockerfile.replace("FROM native-python-stage AS toolchain-stage\n",
-                                 "FROM native-python-stage AS toolchain-stage\nRUN true\n")  # fmt: skip
+    drivers = dockerfile.replace("FROM native-python AS toolchain-stage\n",
+                                 "FROM native-python AS toolchain-stage\nRUN true\n")  # fmt: skip
     assert accel.runtime_base_key(drivers, state.context, BASE, BASE) == key
     assert accel.toolchain_key(drivers, state.context, BASE) != accel.toolchain_key(
         dockerfile, state.context, BASE
