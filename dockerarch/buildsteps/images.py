@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from dockerarch import (
@@ -21,24 +22,29 @@ _IMAGE_LOCKS: dict[str, threading.Lock] = {}  # one build of each machine image 
 
 
 def _machine_image(job: JobState, tag: str, key: str, platform: str, stage: str, what: str,
-                   shared: str, *, look: bool = True,
-                   build_args: dict[str, str] | None = None) -> None:  # fmt: skip
+                   shared: str, *, look: bool = True, build_args: dict[str, str] | None = None,
+                   found: Future[bool] | None = None) -> None:  # fmt: skip
     """Build ``stage`` of the job's Dockerfile into the engine as ``tag``, unless it is there or
     (``look``) the team's registry has it under the same key (one build of a tag at a time: a
-    set's members may ask for it together); push what was made when the registry takes it."""
+    set's members may ask for it together); push what was made when the registry takes it.
+    ``found`` is told, before anything is made, whether the image was there or pulled."""
     with _IMAGE_LOCKS.setdefault(tag, threading.Lock()):
-        if job.engine.image_labels(tag) is None:
-            if not (look and pulled(job, tag, machineimages.KEY_LABEL, key, platform, what)):
-                spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
-                                 load_tag=tag, secrets=job.secrets, cache=job.options.cache,
-                                 build_contexts=job.contexts, allow=job.allow,
-                                 labels={machineimages.KEY_LABEL: key},
-                                 build_args=build_args)  # fmt: skip
-                began = time.monotonic()
-                stream(job, spec, f"{what} (once per machine)")
-                job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that "
-                        f"need {shared} start from it")  # fmt: skip
-                pushed(job, tag, what)
+        there = job.engine.image_labels(tag) is not None
+        if not there:
+            there = look and pulled(job, tag, machineimages.KEY_LABEL, key, platform, what)
+        if found is not None:
+            found.set_result(there)
+        if not there:
+            spec = BuildSpec(context_dir=job.context, platform=platform, stage=stage,
+                             load_tag=tag, secrets=job.secrets, cache=job.options.cache,
+                             build_contexts=job.contexts, allow=job.allow,
+                             labels={machineimages.KEY_LABEL: key},
+                             build_args=build_args)  # fmt: skip
+            began = time.monotonic()
+            stream(job, spec, f"{what} (once per machine)")
+            job.say(f"{what} {tag} made in {time.monotonic() - began:.0f} s: builds that "
+                    f"need {shared} start from it")  # fmt: skip
+            pushed(job, tag, what)
     machineimages.record_use(tag)  # what dockerarch prune reads: used, so kept
 
 
@@ -150,13 +156,17 @@ def toolchain_image(job: JobState) -> None:
     python_log, log = job.work / "native-python-image.log", job.work / "toolchain-image.log"
     python_job, toolchain_job = meanwhile(python_log), meanwhile(log)
 
+    python_found: Future[bool] = Future()
+
     def native_python() -> None:
         try:
             _machine_image(python_job, python_tag, python_key, "linux/amd64",
                            accel.NATIVE_PYTHON_STAGE, "native Python image",
-                           "the same native Python")  # fmt: skip
+                           "the same native Python", found=python_found)  # fmt: skip
         finally:
             python_job.log.close()
+            if not python_found.done():  # it failed before it knew
+                python_found.set_result(False)
 
     python_done = in_background(native_python)
 
@@ -184,7 +194,9 @@ def toolchain_image(job: JobState) -> None:
         job.say(f"native Python image {python_tag} is not on this machine: getting it while "
                 "the build goes on")  # fmt: skip
     job.say(f"toolchain image {tag} is not on this machine: getting it while the build goes on")
-    job.native_python_pending = PendingImage(tag=python_tag, done=python_done, log=python_log)
+    job.native_python_pending = PendingImage(
+        tag=python_tag, done=python_done, log=python_log, found=python_found
+    )
     job.toolchain_pending = PendingImage(
         tag=tag, done=in_background(toolchain_source), log=log, key=key
     )
@@ -300,8 +312,15 @@ def runtime_base_image(job: JobState) -> None:
         return
     key = accel.runtime_base_key(dockerfile, job.context, job.base_id, job.toolchain_base_id)
     tag = f"dockerarch/runtime-base:{request.target.name}-{key[:16]}"
-    if job.engine.image_labels(tag) is None:
-        native_python_ready(job)  # its apt step runs the native Python
+    pending = job.native_python_pending
+    if job.engine.image_labels(tag) is None and pending is not None:
+        # Its apt step runs the native Python: the image, when it was here or pulled (a second
+        # at most); one being made is the same stage, which BuildKit builds once for both, so
+        # this build's other stages (the package lists) need not wait for it.
+        if pending.found is not None and not pending.found.result():
+            job.say("runtime base image: made beside the native Python image, from its stage")
+        else:
+            native_python_ready(job)
     _machine_image(job, tag, key, request.target.platform, accel.RUNTIME_BASE_STAGE,
                    "runtime base image", "the same packages on this base")  # fmt: skip
     job.runtime_base_image = tag

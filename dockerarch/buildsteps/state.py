@@ -99,6 +99,7 @@ class PendingImage:
     done: Future[Any]  # a toolchain image's: the reference the build takes it by
     log: Path
     key: str = ""  # the sha256 of what it is made from
+    found: Future[bool] | None = None  # told first: whether it was there or pulled (not made)
 
 
 def in_background(work: Callable[[], T]) -> Future[T]:
