@@ -382,10 +382,12 @@ def remote_image(registry: RegistryConfig, repository: str, tag: str,
     """What ``repository:tag`` in ``registry`` is for ``platform``, asked through the registry's
     API (docker's credentials): its manifest's digest, labels and platform, without pulling it.
     None when there is none; a registry that does not answer or refuses is an EngineError."""
-    from dockerarch.registry import RegistryClient
+    from dockerarch.registry import RegistryClient, RetryPolicy
 
-    try:
-        return RegistryClient(registry).image(repository, tag, platform)
+    try:  # one more try at most: a build that cannot ask makes the image instead
+        return RegistryClient(registry, policy=RetryPolicy(delays=(1.0,))).image(
+            repository, tag, platform
+        )
     except DockerarchError as exc:
         raise EngineError(f"Looking up {registry.address}/{repository}:{tag} failed: "
                           f"{exc.problem}", fix=exc.fix) from exc  # fmt: skip
