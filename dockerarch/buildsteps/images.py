@@ -128,11 +128,12 @@ def toolchain_image(job: JobState) -> None:
     Its lower layers, the native Python, are an image of their own (accel.native_python_key),
     which the emulated stages' apt steps take without waiting for the rest.
     What the machine lacks is got in threads of their own, their buildx lines in logs of their
-    own, while the job waits for its base and makes its runtime base: the native Python first
-    (pulled from the team's registry, or made), then the toolchain image -- made on it, or, when
-    the team's registry has it under its key, named by its digest there, so that the build
-    pulls it beside its first steps (toolchain_ready waits for what the build needs, and
-    toolchain_landed keeps it on the machine after)."""
+    own, while the job waits for its base and makes its runtime base: the native Python image
+    (pulled from the team's registry, or made) and beside it the toolchain image -- made (on the
+    native Python image when it is here), or, when the team's registry has it under its key,
+    named by its digest there, so that the build pulls it beside its first steps
+    (toolchain_ready waits for what the build needs, and toolchain_landed keeps it on the
+    machine after)."""
     toolchain = job.request.toolchain
     if toolchain is None or job.route.context is not None or job.toolchain_base_id is None:
         return  # a remote node builds its stages itself
