@@ -270,6 +270,7 @@ def test_a_runtime_base_made_on_a_team_s_machine_takes_the_pulled_native_python(
     (runtime,) = [s for s in engine.built if s.stage == "runtime-base-stage"]
     assert (runtime.build_args or {})["DOCKERARCH_NATIVE_PYTHON"] == python.load_tag
     assert not any(s.stage == "native-python-stage" for s in engine.built)
+    assert any(f"{python.load_tag} pulled from" in line for line in said), said
     buildsteps.toolchain_ready(state)
     assert state.build_args["DOCKERARCH_NATIVE_PYTHON"] == python.load_tag
 
