@@ -174,9 +174,9 @@ class RegistryConfig:
     insecure: bool = True
     namespace: str = "dockerarch"
     cache: bool = False  # share build caches through the registry (dockerarch build)
-    # machine images (toolchain images, runtime bases) through the registry, by key: "pull"
-    # (taken when there, never written: an untrusted runner), "push" (also pushed once made),
-    # "off"
+    # machine images (bases, toolchain and native Python images, runtime bases) through the
+    # registry, by key: "pull" (taken when there, never written: an untrusted runner), "push"
+    # (also pushed once made), "off"
     machine_images: str = "pull"
     ca: Path | None = None  # a CA bundle that signed the registry's TLS certificate
     index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
@@ -280,8 +280,9 @@ def parse_registry_config(path: Path) -> RegistryConfig:
         raise ConfigError(
             f"'registry.machine_images' in {path} is {machine_images!r}, not one of "
             f"{', '.join(MACHINE_IMAGE_MODES)}",
-            fix="pull: take the team's toolchain images and runtime bases when the registry has "
-            "them; push: also push the ones this machine makes (a trusted machine); off: never.",
+            fix="pull: take the team's machine images (bases, toolchain images, runtime bases) "
+            "when the registry has them; push: also push the ones this machine makes (a trusted "
+            "machine); off: never.",
         )
     ca = section.get("ca")
     ca_path = None
