@@ -319,7 +319,10 @@ def runtime_base_image(job: JobState) -> None:
         # at most); one being made is the same stage, which BuildKit builds once for both, so
         # this build's other stages (the package lists) need not wait for it.
         if pending.found is not None and not pending.found.result():
-            job.say("runtime base image: made beside the native Python image, from its stage")
+            job.say(
+                "runtime base image: its native Python from the stage the native Python image "
+                "is being made of (BuildKit runs it once for both)"
+            )
         else:
             native_python_ready(job)
     _machine_image(job, tag, key, request.target.platform, accel.RUNTIME_BASE_STAGE,

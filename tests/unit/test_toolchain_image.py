@@ -429,7 +429,7 @@ def test_the_runtime_base_is_made_while_the_toolchain_image_is(tmp_path: Path) -
     # the native Python image, which it byte-compiles with, was being made too: the runtime
     # base is made from the same stage (BuildKit builds it once for both), waiting for neither
     assert "DOCKERARCH_NATIVE_PYTHON" not in (runtime.build_args or {})
-    assert any("made beside the native Python image" in line for line in said), said
+    assert any("the native Python image is being made of" in line for line in said), said
     waited: list[str] = []
     state.step = waited.append
     threading.Timer(0.2, release.set).start()
