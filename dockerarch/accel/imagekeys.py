@@ -18,10 +18,10 @@ from dockerarch.accel.decision import CONTEXT_DIR
 # image named by TOOLCHAIN_ARG, or by default the stage built in the same Dockerfile.
 NATIVE_STAGES = ("native-python-stage", "toolchain-wheels", "toolchain-tree", "toolchain-stage")
 TOOLCHAIN_ARG = "DOCKERARCH_TOOLCHAIN"
-# The first of them is an image of its own too, the native Python image (40 MB over the amd64 base, the
-# toolchain image's lower layers): the stages that need only the Python (the emulated stages'
-# apt steps) take it from there, and need not wait for the toolchain image. The layout's stage
-# `native-python` is FROM the image NATIVE_PYTHON_ARG names.
+# The first of them is an image of its own too, the native Python image (40 MB over the amd64
+# base, the toolchain image's lower layers): the stages that need only the Python (the emulated
+# stages' apt steps) take it from there, and need not wait for the toolchain image. The layout's
+# stage `native-python` is FROM the image NATIVE_PYTHON_ARG names.
 NATIVE_PYTHON_STAGE = NATIVE_STAGES[0]
 NATIVE_PYTHON_ARG = "DOCKERARCH_NATIVE_PYTHON"
 
