@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from dockerarch import (
     accel,
@@ -69,12 +70,8 @@ def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what:
                 f"{otherwise}")  # fmt: skip
         return False
     try:
-        if found.labels.get(label) != value or not machineimages.same_platform(
-            found.platform, platform
-        ):
-            job.say(f"warning: {remote} is not what its tag says ({label} "
-                    f"{found.labels.get(label, 'none')[:16]}, platform {found.platform}; asked "
-                    f"{value[:16]}, {platform}): not taken, {otherwise}")  # fmt: skip
+        if not _as_asked(job, remote, found.labels, found.platform, (label, value, platform),
+                         otherwise):  # fmt: skip
             return False
         job.engine.tag_image(remote, tag)
     finally:
@@ -82,6 +79,19 @@ def pulled(job: JobState, tag: str, label: str, value: str, platform: str, what:
     job.say(f"{what} {tag} pulled from {sharing.prefix} in {time.monotonic() - began:.0f} s "
             "(what it is made from and its platform checked)")  # fmt: skip
     return True
+
+
+def _as_asked(job: JobState, remote: str, labels: dict[str, str], platform: str,
+              asked: tuple[str, str, str], otherwise: str) -> bool:  # fmt: skip
+    """Whether an image found in the team's registry is what its tag says: its ``asked`` label
+    (name, value) and platform; one that is not is said, with what is done instead."""
+    label, value, wanted = asked
+    if labels.get(label) == value and machineimages.same_platform(platform, wanted):
+        return True
+    job.say(f"warning: {remote} is not what its tag says ({label} "
+            f"{labels.get(label, 'none')[:16]}, platform {platform}; asked {value[:16]}, "
+            f"{wanted}): not taken, {otherwise}")  # fmt: skip
+    return False
 
 
 def pushed(job: JobState, tag: str, what: str) -> None:
@@ -219,15 +229,10 @@ def _in_registry(job: JobState, tag: str, key: str) -> str | None:
         job.say(f"{what}: not taken from {sharing.prefix} ({exc.problem}): made here")
         return None
     if found is None:
-        job.say(f"{what}: {sharing.prefix} has no {sharing.remote(tag).removeprefix(sharing.prefix + '/')}: "
-                "made here")  # fmt: skip
+        job.say(f"{what}: {sharing.prefix} has no {tag.removeprefix('dockerarch/')}: made here")
         return None
-    if found.labels.get(machineimages.KEY_LABEL) != key or not machineimages.same_platform(
-        found.platform, "linux/amd64"
-    ):
-        job.say(f"warning: {sharing.remote(tag)} is not what its tag says "
-                f"({machineimages.KEY_LABEL} {found.labels.get(machineimages.KEY_LABEL, 'none')[:16]}, "
-                f"platform {found.platform}; asked {key[:16]}, linux/amd64): not taken, made here")  # fmt: skip
+    asked = (machineimages.KEY_LABEL, key, "linux/amd64")
+    if not _as_asked(job, sharing.remote(tag), found.labels, found.platform, asked, "made here"):
         return None
     job.say(f"{what} {tag}: {sharing.prefix} has it (what it is made from and its platform "
             "checked): the build pulls it beside its first steps")  # fmt: skip
@@ -238,16 +243,21 @@ def native_python_ready(job: JobState) -> None:
     """The native Python image toolchain_image left being got, waited for: its buildx lines join
     the build's log, and the stages that use the native Python take it from there."""
     pending, job.native_python_pending = job.native_python_pending, None
-    if pending is None:
-        return
+    if pending is not None:
+        _waited(job, pending, "the native Python image")
+        job.build_args[accel.NATIVE_PYTHON_ARG] = pending.tag
+
+
+def _waited(job: JobState, pending: PendingImage, what: str) -> Any:
+    """What the thread getting ``pending`` returned, once it is done; its buildx lines join the
+    build's log (after the job's own, not among them)."""
     if not pending.done.done():
-        job.step("waiting for the native Python image")
+        job.step(f"waiting for {what}")
     try:
-        pending.done.result()
+        return pending.done.result()
     finally:
         if pending.log.exists():
             job.log.write(pending.log.read_text(errors="replace"))
-    job.build_args[accel.NATIVE_PYTHON_ARG] = pending.tag
 
 
 def toolchain_ready(job: JobState) -> None:
@@ -257,16 +267,9 @@ def toolchain_ready(job: JobState) -> None:
     from it."""
     native_python_ready(job)
     pending, job.toolchain_pending = job.toolchain_pending, None
-    if pending is None:
-        return
-    if not pending.done.done():
-        job.step("waiting for the toolchain image")
-    try:
-        source = pending.done.result()
-    finally:
-        if pending.log.exists():
-            job.log.write(pending.log.read_text(errors="replace"))
-    _use_toolchain(job, pending.tag, source, pending.key)
+    if pending is not None:
+        source = _waited(job, pending, "the toolchain image")
+        _use_toolchain(job, pending.tag, source, pending.key)
 
 
 def _use_toolchain(job: JobState, tag: str, source: str, key: str = "") -> None:

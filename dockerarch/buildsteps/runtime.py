@@ -19,7 +19,6 @@ from dockerarch import (
     libneeds,
 )
 from dockerarch.artifacts import VerificationError
-from dockerarch.buildsteps.images import toolchain_landed
 from dockerarch.buildsteps.state import JobState, SmokeFailed, stream
 from dockerarch.engine import BuildSpec
 from dockerarch.files import context_name
@@ -37,7 +36,6 @@ def runtime_image(job: JobState) -> None:
     of the stage: nothing of the build stage is resolved again), loaded into the engine."""
     if not job.options.smoke or job.request.wheel_only:
         return
-    toolchain_landed(job)  # a set's check comes here with no build before it
     request = job.request
     job.image_tag = image_tag(request, job.target)
     verified = _verified_copy(job.landing, job.reports, job.work)

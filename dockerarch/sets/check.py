@@ -79,6 +79,7 @@ def check_installed(made: TargetSet, options: BuildOptions, progress: Progress,
                 buildsteps.toolchain_image,
                 buildsteps.runtime_base_image,
                 buildsteps.toolchain_ready,
+                buildsteps.toolchain_landed,  # the runtime image's pip-install mounts it
             ):
                 step(state)
             board: list[ArtifactReport] = []

@@ -159,6 +159,18 @@ def _remote(tag: str) -> str:
     return TEAM.remote(tag)
 
 
+def _made_elsewhere(tmp_path: Path, recipe: str = "qpulib") -> tuple[BuildSpec, BuildSpec]:
+    """The native Python image's and the toolchain image's builds (tag, key label) as another
+    machine of the team makes them for ``recipe``."""
+    probe = FakeEngine()
+    made, _ = job(tmp_path, probe, recipe=recipe)
+    buildsteps.toolchain_image(made)
+    buildsteps.toolchain_ready(made)
+    python, toolchain = sorted(probe.built, key=lambda s: s.stage)
+    assert (python.stage, toolchain.stage) == ("native-python-stage", "toolchain-stage")
+    return python, toolchain
+
+
 def test_a_machine_image_made_here_is_pushed_to_the_team_s_registry_with_its_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,11 +211,7 @@ def test_a_machine_image_in_the_team_s_registry_is_pulled_not_made_when_its_key_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
-    probe = FakeEngine()
-    made, _ = job(tmp_path, probe)
-    buildsteps.toolchain_image(made)
-    buildsteps.toolchain_ready(made)
-    python, spec = sorted(probe.built, key=lambda s: s.stage)
+    python, spec = _made_elsewhere(tmp_path)
     tag, right, python_tag = spec.load_tag, spec.labels, python.load_tag
     assert tag is not None and right is not None and python_tag is not None
     good = Pulled(labels=dict(right), platform="linux/amd64")
@@ -255,11 +263,7 @@ def test_a_runtime_base_made_on_a_team_s_machine_takes_the_pulled_native_python(
     """The native Python image pulled (a second): the runtime base made here uses it rather than
     building its stage again (about 10 s on a fresh machine)."""
     monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
-    probe = FakeEngine()
-    made, _ = job(tmp_path, probe, recipe="numpy")
-    buildsteps.toolchain_image(made)
-    buildsteps.toolchain_ready(made)
-    (python,) = [s for s in probe.built if s.stage == "native-python-stage"]
+    python, _ = _made_elsewhere(tmp_path, "numpy")
     assert python.load_tag is not None
     engine = FakeEngine(registry={_remote(python.load_tag): Pulled(
         labels=dict(python.labels or {}), platform="linux/amd64")})  # fmt: skip
@@ -281,11 +285,7 @@ def test_a_toolchain_image_the_registry_gives_something_else_for_is_not_kept(
     """The pull by digest after the build is checked like any: what it gets under another key
     is not tagged as this machine's toolchain image (the build went on with what it checked)."""
     monkeypatch.setattr(machineimages, "record_use", lambda tag: True)
-    probe = FakeEngine()
-    made, _ = job(tmp_path, probe)
-    buildsteps.toolchain_image(made)
-    buildsteps.toolchain_ready(made)
-    python, spec = sorted(probe.built, key=lambda s: s.stage)
+    python, spec = _made_elsewhere(tmp_path)
     tag, python_tag = spec.load_tag, python.load_tag
     assert tag is not None and python_tag is not None
     engine = FakeEngine(
