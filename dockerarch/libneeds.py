@@ -25,6 +25,9 @@ SONAMES_EXPORT = ".dockerarch-sonames.tsv"  # beside the artifacts: soname<TAB>p
 _MARK = "dockerarch-needs:"
 _WHEEL_MARK = "dockerarch-needs-wheel:"
 _UNDECIDED = "dockerarch-needs-undecided:"  # the native reading's: it cannot answer
+_END = "dockerarch-needs-end:"  # the native reading's last line: how many lines it printed
+# A line of a step's output in buildx's plain progress: "#VERTEX SECONDS TEXT".
+_STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (dockerarch-needs[a-z-]*: ?.*)$")
 # Debian policy 5.6.7: lower case letters, digits, +, - and .; two or more, alphanumeric first.
 _PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 
@@ -68,6 +71,26 @@ def native_files(reports: Iterable[ArtifactReport]) -> str | None:
     if not wheel_members and not paths:
         return None
     return json.dumps({"wheels": wheel_members, "paths": paths}, indent=1) + "\n"
+
+
+def report_in_log(lines: Iterable[str]) -> str | None:
+    """The native reading's report as a build step printed it (the runtime stage of a hybrid
+    build runs it after its packages), from buildx's plain progress; None when no step printed a
+    whole one (the step came from the cache, or its output was clipped)."""
+    said: dict[str, list[str]] = {}
+    for line in lines:
+        found = _STEP_OUTPUT.match(line)
+        if found is None:
+            continue
+        vertex, text = found.groups()
+        if not text.startswith(_END):
+            said.setdefault(vertex, []).append(text)
+            continue
+        count = text.removeprefix(_END).strip()
+        report = said.pop(vertex, [])
+        if count.isdigit() and int(count) == len(report):
+            return "".join(f"{r}\n" for r in report)
+    return None
 
 
 def undecided(output: str) -> str | None:

@@ -40,17 +40,20 @@ def runtime_image(job: JobState) -> None:
     job.image_tag = image_tag(request, job.target)
     verified = _verified_copy(job.landing, job.reports, job.work)
     known = _runtime_packages(job)
+    contexts = {**job.contexts, "artifacts": str(verified)}
+    listed = _needs_files(job)
+    if listed is not None:  # a hybrid build's runtime stage checks the libraries itself
+        contexts["needs-files"] = str(listed)
     spec = BuildSpec(
         context_dir=job.context, platform=request.target.platform, stage="runtime",
         load_tag=job.image_tag, secrets=job.secrets, cache=True, allow=job.allow,
-        node_context=job.route.context, build_contexts={**job.contexts, "artifacts": str(verified)},
+        node_context=job.route.context, build_contexts=contexts,
         build_args={"DOCKERARCH_NEEDS": " ".join(known)} if known else None,
     )  # fmt: skip
     if request.runtime_needs:
         job.say(f"runtime image: with {' '.join(request.runtime_needs)}, which the set's wheels "
                 "installed with it need")  # fmt: skip
-    stream(job, spec, "runtime image")
-    missing = _missing_libraries(job, spec)
+    missing = _missing_libraries(job, spec, _built(job, spec))
     if missing:
         job.needs_apt = libneeds.packages_for(missing, job.sonames, job.target)
         sonames = ", ".join(sorted({m.soname for m in missing}))
@@ -58,8 +61,7 @@ def runtime_image(job: JobState) -> None:
                 f"{' '.join(job.needs_apt)} in the runtime image")  # fmt: skip
         known = _runtime_packages(job)
         spec = dataclasses.replace(spec, build_args={"DOCKERARCH_NEEDS": " ".join(known)})
-        stream(job, spec, "runtime image")
-        still = _missing_libraries(job, spec)
+        still = _missing_libraries(job, spec, _built(job, spec))
         if still:
             raise VerificationError(
                 f"{still[0].path} still cannot find {still[0].soname} in {job.image_tag} after "
@@ -73,18 +75,44 @@ def runtime_image(job: JobState) -> None:
     job.image_id = found[0] if found else None
 
 
+def _built(job: JobState, spec: BuildSpec) -> str | None:
+    """The runtime image built; the libraries check's report its step printed, if it did."""
+    lines: list[str] = []
+    stream(job, spec, "runtime image",
+           lambda line: lines.append(line) if "dockerarch-needs" in line else None)  # fmt: skip
+    return libneeds.report_in_log(lines)
+
+
 def _runtime_packages(job: JobState) -> list[str]:
     """The target's packages the runtime image installs before the artifacts: those the set's
     wheels installed with them need (their builds found them), and the artifacts' own."""
     return sorted({*job.request.runtime_needs, *job.needs_apt})
 
 
-def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing]:
+def _needs_files(job: JobState) -> Path | None:
+    """A hybrid build's files.json of the native libraries check (a directory for the named
+    context `needs-files`); None for other builds and when there is no ELF file to check."""
+    if job.request.toolchain is None:
+        return None
+    files = libneeds.native_files(installed(job))
+    if files is None:
+        return None
+    work = Path(tempfile.mkdtemp(prefix="needs-", dir=job.work))
+    listed = work / context_name("files", work)
+    listed.mkdir()
+    (listed / "files.json").write_text(files)
+    return listed
+
+
+def _missing_libraries(
+    job: JobState, runtime: BuildSpec, report: str | None
+) -> list[libneeds.Missing]:
     """Every needed library of the installed artifacts that the target's loader does not find
-    in the runtime image: read natively in a hybrid build (``runtime``'s image, the `needs`
-    stage), else, or when that reading cannot answer, by the target's ldd under QEMU."""
+    in the runtime image: read natively in a hybrid build (``report``, which the runtime stage's
+    step printed, or else its `needs` stage), else, or when that reading cannot answer, by the
+    target's ldd under QEMU."""
     if job.request.toolchain is not None:
-        found = _missing_natively(job, runtime)
+        found = _missing_natively(job, runtime, report)
         if found is not None:
             return found
     command = libneeds.check_command(installed(job))
@@ -103,32 +131,30 @@ def _missing_libraries(job: JobState, runtime: BuildSpec) -> list[libneeds.Missi
     return libneeds.parse(output, installed(job))
 
 
-def _missing_natively(job: JobState, runtime: BuildSpec) -> list[libneeds.Missing] | None:
-    """The check of _missing_libraries by the x86-64 Python over the runtime image's files (the
-    layout's `needs` stage, FROM the runtime stage just built: its steps come from the cache);
-    None when that reading cannot answer for these files."""
-    files = libneeds.native_files(installed(job))
-    if files is None:
-        return []
-    work = Path(tempfile.mkdtemp(prefix="needs-", dir=job.work))
-    listed = work / context_name("files", work)
-    listed.mkdir()
-    (listed / "files.json").write_text(files)
-    spec = dataclasses.replace(
-        runtime, stage="needs", load_tag=None, output_dir=work / "out",
-        build_contexts={**(runtime.build_contexts or {}), "needs-files": str(listed)},
-    )  # fmt: skip
-    started = time.monotonic()
-    stream(job, spec, "shared libraries")
-    output = (work / "out" / "dockerarch-needs.txt").read_text(errors="replace")
-    job.log.write(f"### shared libraries, read natively in {job.image_tag} "
-                  f"({time.monotonic() - started:.1f} s):\n{files}{output}\n")  # fmt: skip
-    why = libneeds.undecided(output)
+def _missing_natively(
+    job: JobState, runtime: BuildSpec, report: str | None
+) -> list[libneeds.Missing] | None:
+    """The check of _missing_libraries by the x86-64 Python over the runtime image's files:
+    ``report`` when the runtime stage's step printed it, else the layout's `needs` stage (FROM
+    the runtime stage just built: its steps come from the cache); None when that reading cannot
+    answer for these files."""
+    listed = (runtime.build_contexts or {}).get("needs-files")
+    if listed is None:
+        return []  # no ELF file
+    if report is None:
+        work = Path(listed).parent
+        spec = dataclasses.replace(runtime, stage="needs", load_tag=None, output_dir=work / "out")
+        started = time.monotonic()
+        stream(job, spec, "shared libraries")
+        report = (work / "out" / "dockerarch-needs.txt").read_text(errors="replace")
+        job.log.write(f"### shared libraries, read natively in {job.image_tag} "
+                      f"({time.monotonic() - started:.1f} s):\n{report}\n")  # fmt: skip
+    why = libneeds.undecided(report)
     if why is not None:
         job.say(f"the artifacts' libraries cannot be read natively ({why}): asking the "
                 "target's ldd")  # fmt: skip
         return None
-    return libneeds.parse(output, installed(job))
+    return libneeds.parse(report, installed(job))
 
 
 def installed(job: JobState) -> list[artifacts.ArtifactReport]:

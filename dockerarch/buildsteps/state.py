@@ -312,8 +312,11 @@ class SmokeFailed(DockerarchError):
     exit_code = 8
 
 
-def stream(job: JobState, spec: BuildSpec, first: str) -> None:
-    """One buildx invocation, its lines to the log; ``first`` is said until a step works."""
+def stream(
+    job: JobState, spec: BuildSpec, first: str, watch: Callable[[str], None] | None = None
+) -> None:
+    """One buildx invocation, its lines to the log (and each to ``watch``); ``first`` is said
+    until a step works."""
     job.step(first)
     args = {**job.build_args, **(spec.build_args or {})}
     if job.source_date_epoch is not None:  # every invocation the same, or none share a cache
@@ -330,6 +333,8 @@ def stream(job: JobState, spec: BuildSpec, first: str) -> None:
         for chunk in job.engine.build_lines(spec):
             for line in chunk.splitlines():
                 job.log.write(line + "\n")
+                if watch is not None:
+                    watch(line)
                 if line.strip() and not line.startswith("#"):
                     last = line
                 if tracker.feed(line):

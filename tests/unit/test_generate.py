@@ -98,7 +98,7 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     build, rest = build.split("FROM scratch AS artifacts\n")
     artifacts, rest = rest.split("FROM artifacts AS toolchain-log\n")
     log_stage, runtime = rest.split("FROM runtime-base AS runtime\n")
-    runtime, needs = runtime.split("# dockerarch build's check of the libraries")
+    runtime, needs = runtime.split("# The same check of the libraries on its own")
     # The toolchain stage: amd64, Debian's cross packages for the target's triplet and gcc major.
     assert f"FROM --platform=linux/amd64 {native.base_image} AS native-python-stage\n" in head
     # made on the native Python (an image of its own, its lower layers)
@@ -193,8 +193,18 @@ def test_hybrid_grafts_the_cross_toolchain_into_the_build_stage_only(
     assert re.findall(r"\S*from=toolchain\S*", runtime) == [
         "--mount=type=bind,from=toolchain,target=/run/dockerarch-native"
     ]
-    # The libraries check reads the runtime image natively, in stages nothing is loaded from:
-    # only its report is exported.
+    # The libraries check reads the runtime image natively after its packages, in the same step
+    # (its report to the log), when dockerarch build names the files (the context needs-files, in
+    # place of an empty stage); it writes nothing there.
+    assert "\nFROM scratch AS needs-files\n\nFROM runtime-base AS runtime" in text
+    last = runtime[runtime.rindex("\nRUN ") :]
+    assert "--mount=type=bind,from=needs-files,target=/run/dockerarch-needs" in last
+    assert last.rstrip().endswith(
+        " && { [ ! -s /run/dockerarch-needs/files.json ] \\\n        || sh /run/dockerarch/native-needs"
+        " /run/dockerarch-native /run/dockerarch-needs/files.json; }"
+    ), last
+    # The same check in stages nothing is loaded from, for a runtime step that came from the
+    # cache: only its report is exported.
     assert "native-needs /run/dockerarch-native" in needs and "--network=none" in needs
     assert "FROM scratch AS needs\nCOPY --from=needs-check /dockerarch-needs.txt /\n" in needs
     # and `docker build` of the file without --target still makes the runtime image

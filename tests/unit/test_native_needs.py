@@ -144,3 +144,37 @@ def test_what_it_cannot_read_as_the_loader_would_it_leaves_to_ldd(
     put(tmp_path, "opt/p.so", shared_object(needed=("libq.so",), runpath="$PLATFORM/x"))
     (line,) = NEEDS.report(files, str(tmp_path), {})
     assert libneeds.undecided(line) is not None and reason in line
+
+
+def test_a_report_read_from_a_build_s_log_is_the_whole_report_of_one_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime stage's step prints the report into buildx's log, ending with how many lines
+    it had: dockerarch takes it from there only whole, and only from the step that ended it."""
+    put(tmp_path, "opt/ext.so", shared_object(needed=("libgomp.so.1",)))
+    files = tmp_path / "files.json"
+    files.write_text('{"paths": ["/opt/ext.so"]}')
+    printed = NEEDS.report({"paths": ["/opt/ext.so"]}, str(tmp_path), {})
+    assert printed == ["dockerarch-needs: /opt/ext.so libgomp.so.1"]
+    # main (which reads the image it runs in: here this machine's /) ends with the count
+    assert NEEDS.main(["dockerarch_needs.py", str(files)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{NEEDS.END} {len(out) - 1}"
+    log = [
+        "#19 [runtime 1/2] RUN sh /run/dockerarch/pip-install ...",
+        "#19 0.410 dockerarch-needs: /opt/forged.so libnothing.so",  # another step's words
+        "#20 [runtime 2/2] RUN ...",
+        "#20 0.301 dockerarch-needs: /opt/ext.so libgomp.so.1",
+        "#20 0.302 dockerarch-needs-wheel: /opt/ext.so libc10.so /x/torch/lib/libc10.so",
+        "#20 0.305 dockerarch-needs-end: 2",
+        "#20 DONE 0.4s",
+    ]
+    assert libneeds.report_in_log(log) == (
+        "dockerarch-needs: /opt/ext.so libgomp.so.1\n"
+        "dockerarch-needs-wheel: /opt/ext.so libc10.so /x/torch/lib/libc10.so\n"
+    )
+    assert libneeds.report_in_log(["#20 0.3 dockerarch-needs-end: 0"]) == ""  # nothing missing
+    # a clipped log (a line lost), a step from the cache (no report) and no end: none at all
+    assert libneeds.report_in_log([log[3], log[5]]) is None
+    assert libneeds.report_in_log(["#20 [runtime 2/2] RUN ...", "#20 CACHED"]) is None
+    assert libneeds.report_in_log(log[:5]) is None

@@ -21,6 +21,8 @@ Output, one line each, as libneeds.check_command's emulated ldd pipeline prints 
   dockerarch-needs-undecided: REASON               this reading cannot answer ($PLATFORM or
                                                    $LIB in a path, a wheel not installed, ...):
                                                    dockerarch asks the target's ldd instead
+  dockerarch-needs-end: N                          the last line: the report had N lines (read
+                                                   from a build's log, the report is whole)
 
 Usage: dockerarch_needs.py FILES_JSON  ({"wheels": [[dist, member], ...], "paths": [...]}).
 Standard library and pyelftools (python3-pyelftools in the native-python stage) only.
@@ -47,10 +49,11 @@ CACHE_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
 TRIPLETS = {"EM_AARCH64": "aarch64-linux-gnu", "EM_X86_64": "x86_64-linux-gnu"}
 SITE_GLOBS = ("/usr/local/lib/python3*/dist-packages", "/usr/lib/python3/dist-packages",
               "/usr/local/lib/python3*/site-packages", "/usr/lib/python3*/site-packages")  # fmt: skip
-MARK, WHEEL_MARK, UNDECIDED = (
+MARK, WHEEL_MARK, UNDECIDED, END = (
     "dockerarch-needs:",
     "dockerarch-needs-wheel:",
     "dockerarch-needs-undecided:",
+    "dockerarch-needs-end:",  # the last line: how many lines the report has
 )
 
 
@@ -349,8 +352,10 @@ def report(
 def main(argv: list[str]) -> int:
     with open(argv[1], encoding="utf-8") as stream:
         files = json.load(stream)
-    for line in report(files):
+    lines = report(files)
+    for line in lines:
         print(line)
+    print(f"{END} {len(lines)}", flush=True)
     return 0
 
 
