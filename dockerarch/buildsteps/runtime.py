@@ -149,6 +149,9 @@ def _missing_natively(
         report = (work / "out" / "dockerarch-needs.txt").read_text(errors="replace")
         job.log.write(f"### shared libraries, read natively in {job.image_tag} "
                       f"({time.monotonic() - started:.1f} s):\n{report}\n")  # fmt: skip
+    else:
+        job.log.write(f"### shared libraries, read natively in {job.image_tag} by its last "
+                      f"step:\n{report}\n")  # fmt: skip
     why = libneeds.undecided(report)
     if why is not None:
         job.say(f"the artifacts' libraries cannot be read natively ({why}): asking the "
