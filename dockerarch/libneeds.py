@@ -26,7 +26,9 @@ _MARK = "dockerarch-needs:"
 _WHEEL_MARK = "dockerarch-needs-wheel:"
 _UNDECIDED = "dockerarch-needs-undecided:"  # the native reading's: it cannot answer
 _END = "dockerarch-needs-end:"  # the native reading's last line: how many lines it printed
-# A line of a step's output in buildx's plain progress: "#VERTEX SECONDS TEXT".
+# buildx's plain progress: a step's title ("#VERTEX [STAGE I/N] RUN ..."), of the step that runs
+# the native reading, and a line of a step's output ("#VERTEX SECONDS TEXT").
+_CHECK_STEP = re.compile(r"^#(\d+) \[[^\]]+\] RUN .* sh /run/dockerarch/native-needs ")
 _STEP_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (dockerarch-needs[a-z-]*: ?.*)$")
 # Debian policy 5.6.7: lower case letters, digits, +, - and .; two or more, alphanumeric first.
 _PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
@@ -75,19 +77,23 @@ def native_files(reports: Iterable[ArtifactReport]) -> str | None:
 
 def report_in_log(lines: Iterable[str]) -> str | None:
     """The native reading's report as a build step printed it (the runtime stage of a hybrid
-    build runs it after its packages), from buildx's plain progress; None when no step printed a
-    whole one (the step came from the cache, or its output was clipped)."""
+    build runs it after its packages), from buildx's plain progress; None when that step printed
+    no whole one (it came from the cache, or its output was clipped). Only that step's lines
+    count: another step's output (an install's) is not the report, whatever it says."""
     said: dict[str, list[str]] = {}
     for line in lines:
+        if (title := _CHECK_STEP.match(line)) is not None:
+            said.setdefault(title.group(1), [])
+            continue
         found = _STEP_OUTPUT.match(line)
-        if found is None:
+        if found is None or found.group(1) not in said:
             continue
         vertex, text = found.groups()
         if not text.startswith(_END):
             said.setdefault(vertex, []).append(text)
             continue
         count = text.removeprefix(_END).strip()
-        report = said.pop(vertex, [])
+        report = said.pop(vertex)
         if count.isdigit() and int(count) == len(report):
             return "".join(f"{r}\n" for r in report)
     return None

@@ -141,6 +141,7 @@ def _missing_natively(
     listed = (runtime.build_contexts or {}).get("needs-files")
     if listed is None:
         return []  # no ELF file
+    files = (Path(listed) / "files.json").read_text()
     if report is None:
         work = Path(listed).parent
         spec = dataclasses.replace(runtime, stage="needs", load_tag=None, output_dir=work / "out")
@@ -148,10 +149,10 @@ def _missing_natively(
         stream(job, spec, "shared libraries")
         report = (work / "out" / "dockerarch-needs.txt").read_text(errors="replace")
         job.log.write(f"### shared libraries, read natively in {job.image_tag} "
-                      f"({time.monotonic() - started:.1f} s):\n{report}\n")  # fmt: skip
+                      f"({time.monotonic() - started:.1f} s):\n{files}{report}\n")  # fmt: skip
     else:
         job.log.write(f"### shared libraries, read natively in {job.image_tag} by its last "
-                      f"step:\n{report}\n")  # fmt: skip
+                      f"step:\n{files}{report}\n")  # fmt: skip
     why = libneeds.undecided(report)
     if why is not None:
         job.say(f"the artifacts' libraries cannot be read natively ({why}): asking the "

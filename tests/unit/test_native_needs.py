@@ -160,10 +160,14 @@ def test_a_report_read_from_a_build_s_log_is_the_whole_report_of_one_step(
     assert NEEDS.main(["dockerarch_needs.py", str(files)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == f"{NEEDS.END} {len(out) - 1}"
+    step = ("#20 [runtime 2/2] RUN --mount=type=bind,from=needs-files,target=/run/dockerarch-needs"
+            "     { [ -z \"\" ] || { ...; }; } && { [ ! -s /run/dockerarch-needs/files.json ]"
+            "         || sh /run/dockerarch/native-needs /run/dockerarch-native"
+            " /run/dockerarch-needs/files.json; }")  # fmt: skip
     log = [
         "#19 [runtime 1/2] RUN sh /run/dockerarch/pip-install ...",
-        "#19 0.410 dockerarch-needs: /opt/forged.so libnothing.so",  # another step's words
-        "#20 [runtime 2/2] RUN ...",
+        "#19 0.410 dockerarch-needs-end: 0",  # another step's words: not the report
+        step,
         "#20 0.301 dockerarch-needs: /opt/ext.so libgomp.so.1",
         "#20 0.302 dockerarch-needs-wheel: /opt/ext.so libc10.so /x/torch/lib/libc10.so",
         "#20 0.305 dockerarch-needs-end: 2",
@@ -173,8 +177,10 @@ def test_a_report_read_from_a_build_s_log_is_the_whole_report_of_one_step(
         "dockerarch-needs: /opt/ext.so libgomp.so.1\n"
         "dockerarch-needs-wheel: /opt/ext.so libc10.so /x/torch/lib/libc10.so\n"
     )
-    assert libneeds.report_in_log(["#20 0.3 dockerarch-needs-end: 0"]) == ""  # nothing missing
-    # a clipped log (a line lost), a step from the cache (no report) and no end: none at all
-    assert libneeds.report_in_log([log[3], log[5]]) is None
-    assert libneeds.report_in_log(["#20 [runtime 2/2] RUN ...", "#20 CACHED"]) is None
+    assert libneeds.report_in_log([step, "#20 0.3 dockerarch-needs-end: 0"]) == ""  # all found
+    # a clipped log (a line lost), the step from the cache (no report), no end, and a report
+    # without the step's title (another step's): none at all
+    assert libneeds.report_in_log([step, log[3], log[5]]) is None
+    assert libneeds.report_in_log([step, "#20 CACHED"]) is None
     assert libneeds.report_in_log(log[:5]) is None
+    assert libneeds.report_in_log(log[:2] + log[3:]) is None
