@@ -242,12 +242,14 @@ def test_hybrid_compiles_ran_natively_and_left_nothing_behind(arch: str, cext: P
     assert "[build " not in runtime_part, runtime_part
     assert not re.search(r"\[toolchain\S* \d+/\d+\] (?:RUN|COPY)", runtime_part), runtime_part
     assert sorted(p.name for p in result.iterdir() if p.name.startswith(".")) == []
-    # The runtime image is the base plus the wheel: no toolchain, no x86-64 loader.
+    # The runtime image is the base plus the wheel: no toolchain, no x86-64 loader, nothing the
+    # install left in /tmp (uv's lock of the environment goes to the install's own directory).
     image = manifest(result)["image"]["tag"]  # type: ignore[index]
     left = subprocess.run(
         ["docker", "run", "--rm", "--platform", platform, image, "sh", "-c",
          ("ls -d /usr/lib/dockerarch /usr/lib64/ld-linux-x86-64.so.2 /usr/lib/x86_64-linux-gnu "
-          "/usr/bin/*-linux-gnu*-gcc-* /var/log/dockerarch-toolchain.log 2>/dev/null; true")],
+          "/usr/bin/*-linux-gnu*-gcc-* /var/log/dockerarch-toolchain.log /tmp/* /tmp/.[!.]* "
+          "2>/dev/null; true")],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     assert left.stdout.split() == []

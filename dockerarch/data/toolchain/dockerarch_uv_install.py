@@ -127,13 +127,15 @@ def main(argv: list[str]) -> int:
         return NOT_FOR_UV
     print("pip-install: installing from local files with the x86-64 uv", flush=True)
     cache = tempfile.mkdtemp(prefix="dockerarch-uv.")
+    # uv's lock of the environment goes to the temporary directory: this run's, not the image's /tmp
+    environ = {**os.environ, "TMPDIR": cache}
     try:
         with tempfile.NamedTemporaryFile(prefix="dockerarch-stamp.") as stamp:
             since = os.fstat(stamp.fileno()).st_mtime_ns
             done = subprocess.run(
                 [*uv, "pip", "install", "--python", PYTHON, "--break-system-packages",
                  "--cache-dir", cache, "--no-progress", *wanted],
-                stderr=subprocess.PIPE, text=True, errors="replace", check=False,
+                stderr=subprocess.PIPE, text=True, errors="replace", check=False, env=environ,
             )  # fmt: skip
         sys.stderr.write(done.stderr)
         sys.stderr.flush()
@@ -145,7 +147,7 @@ def main(argv: list[str]) -> int:
         # The same cache: uv answers from the interpreter's facts it kept, no emulated start.
         shown = subprocess.run(
             [*uv, "pip", "show", "--python", PYTHON, "--cache-dir", cache, *names],
-            capture_output=True, text=True, errors="replace", check=False,
+            capture_output=True, text=True, errors="replace", check=False, env=environ,
         )  # fmt: skip
         tops = sorted({t for t in _LOCATION.findall(shown.stdout) if os.path.isdir(t)})
         if shown.returncode != 0 or not tops:
