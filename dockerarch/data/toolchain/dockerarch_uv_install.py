@@ -91,14 +91,8 @@ def newer_sources(tops: list[str], since_ns: int) -> Iterator[str]:
 def byte_compile(paths: list[str]) -> None:
     """As pip does: forced, silent, and a file that does not compile (pip's own test data, a
     template) fails nothing: the emulated interpreter would refuse it the same way."""
-    if len(paths) < 64:
-        for path in paths:
-            compileall.compile_file(path, force=True, quiet=2)
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor() as pool:
-        list(pool.map(_compile, paths, chunksize=32))
+    for path in paths:
+        compileall.compile_file(path, force=True, quiet=2)
 
 
 def site_directories() -> list[str]:
@@ -109,10 +103,6 @@ def site_directories() -> list[str]:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return sorted({t for t in asked.stdout.splitlines() if os.path.isdir(t)})
-
-
-def _compile(path: str) -> bool:
-    return bool(compileall.compile_file(path, force=True, quiet=2))
 
 
 def main(argv: list[str]) -> int:
